@@ -1,0 +1,10 @@
+#pragma once
+/// \file version.hpp
+/// nvmeio's version, single-sourced: CMake and the Conan recipe read these three lines.
+
+#define NVMEIO_VERSION_MAJOR 0
+#define NVMEIO_VERSION_MINOR 1
+#define NVMEIO_VERSION_PATCH 0
+
+/// The version as one integer, MAJOR * 10000 + MINOR * 100 + PATCH.
+#define NVMEIO_VERSION (NVMEIO_VERSION_MAJOR * 10000 + NVMEIO_VERSION_MINOR * 100 + NVMEIO_VERSION_PATCH)

@@ -1,0 +1,112 @@
+#pragma once
+/// \file alignment.hpp
+/// Alignment arithmetic and the direct-I/O alignment a file requires.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+#include <cstddef>
+#include <cstdint>
+
+#include <fstream>
+#include <string>
+
+namespace nvmeio {
+
+/// Rounds `value` up to a multiple of `alignment` (any non-zero alignment, not only powers of 2).
+[[nodiscard]] constexpr std::uint64_t align_up(std::uint64_t value,
+                                               std::uint64_t alignment) noexcept {
+    return (value + alignment - 1) / alignment * alignment;
+}
+
+/// Rounds `value` down to a multiple of `alignment`.
+[[nodiscard]] constexpr std::uint64_t align_down(std::uint64_t value,
+                                                 std::uint64_t alignment) noexcept {
+    return value / alignment * alignment;
+}
+
+/// True when `value` is a multiple of `alignment`.
+[[nodiscard]] constexpr bool is_aligned(std::uint64_t value, std::uint64_t alignment) noexcept {
+    return value % alignment == 0;
+}
+
+/// True when the address `pointer` is a multiple of `alignment`.
+[[nodiscard]] inline bool is_aligned(const void* pointer, std::uint64_t alignment) noexcept {
+    return reinterpret_cast<std::uintptr_t>(pointer) % alignment == 0;
+}
+
+/// The size of a virtual memory page.
+[[nodiscard]] inline std::size_t page_size() noexcept {
+    static const std::size_t size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    return size;
+}
+
+/// What O_DIRECT requires of a transfer on one file.
+struct dio_alignment {
+    /// Buffer addresses (and lengths within memory) must be multiples of this.
+    std::size_t memory = 4096;
+    /// File offsets and lengths must be multiples of this.
+    std::size_t offset = 4096;
+    /// Where the numbers came from: "statx", "logical_block_size" or "default".
+    const char* source = "default";
+
+    /// The larger of the two: a block size that is a multiple of this satisfies both.
+    [[nodiscard]] std::size_t strictest() const noexcept {
+        return memory > offset ? memory : offset;
+    }
+};
+
+namespace detail {
+
+inline std::size_t read_sysfs_number(const std::string& path) {
+    std::ifstream in(path);
+    std::size_t value = 0;
+    if (in >> value) return value;
+    return 0;
+}
+
+/// The logical block size of the block device holding the file, from sysfs; 0 if unknown.
+inline std::size_t logical_block_size(dev_t device) {
+    const std::string base =
+        "/sys/dev/block/" + std::to_string(major(device)) + ":" + std::to_string(minor(device));
+    // A partition has no queue/ of its own; its parent disk's is one level up.
+    for (const char* suffix : {"/queue/logical_block_size", "/../queue/logical_block_size"}) {
+        if (std::size_t size = read_sysfs_number(base + suffix)) return size;
+    }
+    return 0;
+}
+
+}  // namespace detail
+
+/// The direct-I/O alignment of an open file: `statx(STATX_DIOALIGN)` where the kernel provides
+/// it (Linux >= 6.1), else the logical block size of its device, else 4096.
+[[nodiscard]] inline dio_alignment query_dio_alignment(int fd) noexcept {
+    dio_alignment result;
+#ifdef STATX_DIOALIGN
+    struct statx sx {};
+    if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 &&
+        (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_mem_align != 0 &&
+        sx.stx_dio_offset_align != 0) {
+        result.memory = sx.stx_dio_mem_align;
+        result.offset = sx.stx_dio_offset_align;
+        result.source = "statx";
+        return result;
+    }
+#endif
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) {
+        try {
+            if (std::size_t size = detail::logical_block_size(st.st_dev)) {
+                result.memory = size;
+                result.offset = size;
+                result.source = "logical_block_size";
+            }
+        } catch (...) {
+            // Unreadable sysfs leaves the safe default.
+        }
+    }
+    return result;
+}
+
+}  // namespace nvmeio

@@ -1,0 +1,119 @@
+#pragma once
+/// \file backend/libaio.hpp
+/// The default Backend policy: Linux native AIO through libaio.
+///
+/// Only io_setup, io_destroy, io_submit and io_getevents are used: they are in every libaio
+/// since 0.3.110 (io_pgetevents is not, e.g. 0.3.111 on RHEL 9).
+
+#include <libaio.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "nvmeio/backend/request.hpp"
+#include "nvmeio/error.hpp"
+
+namespace nvmeio {
+
+/// The system-wide limit on AIO events (`/proc/sys/fs/aio-max-nr`), or 0 when unreadable.
+[[nodiscard]] inline unsigned long aio_max_nr() {
+    std::ifstream in("/proc/sys/fs/aio-max-nr");
+    unsigned long value = 0;
+    if (in >> value) return value;
+    return 0;
+}
+
+/// Native Linux AIO. One kernel context per instance; not thread-safe (one per thread).
+class libaio_backend {
+  public:
+    /// The backend's name in reports.
+    static constexpr const char* name = "libaio";
+
+    /// Creates a kernel AIO context for up to `queue_depth` requests in flight.
+    /// Throws std::invalid_argument for 0 or a depth above aio-max-nr, io_error when io_setup
+    /// fails (EAGAIN: the system-wide aio-nr would pass aio-max-nr).
+    explicit libaio_backend(unsigned queue_depth)
+        : iocbs_(checked_queue_depth(queue_depth)), iocb_pointers_(queue_depth) {
+        const int rc = ::io_setup(static_cast<int>(queue_depth), &context_);
+        if (rc < 0) {
+            std::string operation = "io_setup(queue_depth=" + std::to_string(queue_depth) + ")";
+            if (rc == -EAGAIN) {
+                operation += " (all processes' AIO contexts together would pass fs.aio-max-nr = " +
+                             std::to_string(aio_max_nr()) +
+                             "; lower the queue depth or raise the limit)";
+            }
+            throw io_error({detail::errno_code(-rc), operation, "", 0, 0});
+        }
+    }
+
+    libaio_backend(const libaio_backend&) = delete;
+    libaio_backend& operator=(const libaio_backend&) = delete;
+
+    /// Destroys the kernel context; the kernel waits for requests still in flight.
+    ~libaio_backend() { (void)::io_destroy(context_); }
+
+    /// Submits up to `count` requests (at most the queue depth); returns how many the kernel
+    /// accepted, or -errno when it accepted none.
+    int submit(const io_request* requests, std::size_t count) noexcept {
+        if (count > iocbs_.size()) count = iocbs_.size();
+        for (std::size_t i = 0; i < count; ++i) {
+            const io_request& r = requests[i];
+            iocb& cb = iocbs_[i];
+            if (r.op == operation::read) {
+                ::io_prep_pread(&cb, r.fd, r.buffer, r.length, static_cast<long long>(r.offset));
+            } else {
+                ::io_prep_pwrite(&cb, r.fd, r.buffer, r.length, static_cast<long long>(r.offset));
+            }
+            cb.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(r.user_data));
+            iocb_pointers_[i] = &cb;
+        }
+        return ::io_submit(context_, static_cast<long>(count), iocb_pointers_.data());
+    }
+
+    /// Waits for between `min` and `max` completions; returns how many were stored, or -errno.
+    int reap(io_completion* out, std::size_t min, std::size_t max,
+             const timespec* timeout) noexcept {
+        if (max > events_capacity) max = events_capacity;
+        if (min > max) min = max;
+        io_event events[events_capacity];
+        timespec wait{};
+        if (timeout != nullptr) wait = *timeout;
+        const int got = ::io_getevents(context_, static_cast<long>(min), static_cast<long>(max),
+                                       events, timeout != nullptr ? &wait : nullptr);
+        for (int i = 0; i < got; ++i) {
+            out[i].user_data =
+                static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(events[i].data));
+            out[i].result = static_cast<std::int64_t>(static_cast<long>(events[i].res));
+        }
+        return got;
+    }
+
+    /// The queue depth the context was created for.
+    [[nodiscard]] unsigned queue_depth() const noexcept {
+        return static_cast<unsigned>(iocbs_.size());
+    }
+
+  private:
+    static unsigned checked_queue_depth(unsigned queue_depth) {
+        if (queue_depth == 0) detail::throw_invalid("queue_depth must be at least 1 (got 0)");
+        const unsigned long limit = aio_max_nr();
+        if (limit != 0 && queue_depth > limit) {
+            detail::throw_invalid(
+                "queue_depth " + std::to_string(queue_depth) +
+                " exceeds the system's AIO limit fs.aio-max-nr = " + std::to_string(limit));
+        }
+        return queue_depth;
+    }
+
+    static constexpr std::size_t events_capacity = 256;  // per reap call; callers loop for more
+
+    io_context_t context_ = nullptr;
+    // The kernel copies an iocb during io_submit, so these are scratch reused by every call.
+    std::vector<iocb> iocbs_;
+    std::vector<iocb*> iocb_pointers_;
+};
+
+}  // namespace nvmeio

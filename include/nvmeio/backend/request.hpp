@@ -1,0 +1,47 @@
+#pragma once
+/// \file backend/request.hpp
+/// What a strategy hands a backend and what it gets back: the whole Backend contract.
+///
+/// A Backend policy is a move-less class with
+///  - `explicit Backend(unsigned queue_depth, ...)` — throws on failure;
+///  - `int submit(const io_request* requests, std::size_t count) noexcept` — queues up to
+///    `count` requests and returns how many it accepted (possibly fewer), or `-errno`;
+///  - `int reap(io_completion* out, std::size_t min, std::size_t max, const timespec* timeout)
+///    noexcept` — waits for at least `min` completions (or the timeout) and returns how many it
+///    stored, or `-errno` (`-EINTR` is possible and means "call again");
+///  - `static constexpr const char* name`.
+/// A backend never retries, never reorders results and never looks at what a result means.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace nvmeio {
+
+/// Read or write.
+enum class operation {
+    read,   ///< File to memory.
+    write,  ///< Memory to file.
+};
+
+/// Name of an operation, for messages and reports.
+[[nodiscard]] constexpr const char* to_string(operation op) noexcept {
+    return op == operation::read ? "read" : "write";
+}
+
+/// One asynchronous request: `length` bytes between `buffer` and `offset` of descriptor `fd`.
+struct io_request {
+    int fd = -1;                     ///< Open descriptor.
+    operation op = operation::read;  ///< Direction.
+    void* buffer = nullptr;          ///< Memory side.
+    std::size_t length = 0;          ///< Bytes.
+    std::uint64_t offset = 0;        ///< File offset.
+    std::uint64_t user_data = 0;     ///< Returned untouched in the completion.
+};
+
+/// One finished request.
+struct io_completion {
+    std::uint64_t user_data = 0;  ///< The request's `user_data`.
+    std::int64_t result = 0;      ///< Bytes moved (maybe fewer than asked), or `-errno`.
+};
+
+}  // namespace nvmeio

@@ -1,0 +1,423 @@
+#pragma once
+/// \file file.hpp
+/// A move-only RAII file handle that opens with O_DIRECT (or says precisely why not).
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "nvmeio/aligned_allocator.hpp"
+#include "nvmeio/alignment.hpp"
+#include "nvmeio/error.hpp"
+
+namespace nvmeio {
+
+/// What a file is opened for.
+enum class open_mode {
+    read,        ///< Read only; the file must exist.
+    write,       ///< Create or truncate. Opened O_RDWR so that an unaligned tail can be merged.
+    read_write,  ///< Read and write an existing or new file; never truncates.
+};
+
+/// Whether a file is opened with O_DIRECT.
+enum class direct_io {
+    on,         ///< O_DIRECT, or an `io_error` when the filesystem refuses it.
+    off,        ///< Ordinary buffered I/O through the page cache.
+    automatic,  ///< O_DIRECT where the filesystem accepts it, buffered where it refuses (EINVAL).
+};
+
+/// Name of a direct_io value, for messages and reports.
+[[nodiscard]] constexpr const char* to_string(direct_io mode) noexcept {
+    return mode == direct_io::on ? "on" : mode == direct_io::off ? "off" : "automatic";
+}
+
+/// An open file. Move-only; closes exactly once.
+///
+/// O_DIRECT rules: the asynchronous transfers (strategy.hpp) need buffer addresses aligned to
+/// `alignment().memory` and file offsets aligned to `alignment().offset`; lengths may be anything
+/// (the unaligned tail is handled here). `read_at` and `write_at` accept any buffer, offset and
+/// length: what is not aligned goes through an internal bounce buffer.
+///
+/// Thread-safety: distinct handles are independent; one handle may be used by several threads for
+/// disjoint, alignment-unit-disjoint ranges.
+class file {
+  public:
+    /// A handle that holds no file.
+    file() noexcept = default;
+
+    /// Opens `path`; throws `io_error` naming the path and the reason.
+    file(std::string path, open_mode mode, direct_io direct = direct_io::on) {
+        detail::throw_if(open_impl(std::move(path), mode, direct));
+    }
+
+    file(const file&) = delete;
+    file& operator=(const file&) = delete;
+
+    /// Takes over the other handle's descriptor; the other holds no file afterwards.
+    file(file&& other) noexcept { swap(other); }
+    /// Closes this handle's file and takes over the other's.
+    file& operator=(file&& other) noexcept {
+        if (this != &other) {
+            close_quietly();
+            swap(other);
+        }
+        return *this;
+    }
+    /// Closes the file (errors on close are ignored here; call `close()` to see them).
+    ~file() { close_quietly(); }
+
+    /// Opens `path` into a fresh handle, reporting failure through `ec` instead of throwing.
+    [[nodiscard]] static file open(std::string path, open_mode mode, direct_io direct,
+                                   std::error_code& ec) {
+        file result;
+        ec = result.open_impl(std::move(path), mode, direct).code;
+        return result;
+    }
+
+    /// The operating system's descriptor, or -1.
+    [[nodiscard]] int native_handle() const noexcept { return fd_; }
+    /// True while a file is open.
+    [[nodiscard]] bool is_open() const noexcept { return fd_ >= 0; }
+    /// True when the descriptor has O_DIRECT (with `direct_io::automatic`, what it got).
+    [[nodiscard]] bool is_direct() const noexcept { return direct_; }
+    /// The path the file was opened with.
+    [[nodiscard]] const std::string& path() const noexcept { return path_; }
+    /// The mode the file was opened with.
+    [[nodiscard]] open_mode mode() const noexcept { return mode_; }
+    /// What O_DIRECT requires of this file (queried at open even when buffered).
+    [[nodiscard]] const dio_alignment& alignment() const noexcept { return alignment_; }
+
+    /// Alignment that transfers on this handle need: the strictest of `alignment()` when direct,
+    /// 1 when buffered.
+    [[nodiscard]] std::size_t required_alignment() const noexcept {
+        return direct_ ? alignment_.strictest() : 1;
+    }
+
+    /// The file's current size in bytes.
+    [[nodiscard]] std::uint64_t size() const {
+        std::error_code ec;
+        const std::uint64_t result = size(ec);
+        detail::throw_if({ec, "fstat", path_, 0, 0});
+        return result;
+    }
+    /// The file's current size in bytes; 0 and `ec` set on failure.
+    [[nodiscard]] std::uint64_t size(std::error_code& ec) const noexcept {
+        struct stat st {};
+        if (::fstat(fd_, &st) != 0) {
+            ec = detail::errno_code(errno);
+            return 0;
+        }
+        ec.clear();
+        return static_cast<std::uint64_t>(st.st_size);
+    }
+
+    /// Reads up to `length` bytes at `offset` into `buffer` (any alignment), retrying short reads
+    /// and EINTR. Returns the bytes read: fewer than `length` only at end of file.
+    std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset) {
+        io_failure failure;
+        const std::size_t done = read_at(buffer, length, offset, failure);
+        detail::throw_if(failure);
+        return done;
+    }
+    /// As above, reporting failure through `ec`.
+    std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset,
+                        std::error_code& ec) {
+        io_failure failure;
+        const std::size_t done = read_at(buffer, length, offset, failure);
+        ec = failure.code;
+        return done;
+    }
+    /// As above, recording everything about a failure in `failure`.
+    std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset,
+                        io_failure& failure);
+
+    /// Writes exactly `length` bytes at `offset` from `buffer` (any alignment), retrying short
+    /// writes and EINTR. On an O_DIRECT handle, partial alignment units at either end are merged
+    /// with the file's bytes (read-modify-write) and the file never grows past `offset + length`
+    /// beyond its previous size.
+    void write_at(const void* buffer, std::size_t length, std::uint64_t offset) {
+        io_failure failure;
+        write_at(buffer, length, offset, failure);
+        detail::throw_if(failure);
+    }
+    /// As above, reporting failure through `ec`.
+    void write_at(const void* buffer, std::size_t length, std::uint64_t offset,
+                  std::error_code& ec) {
+        io_failure failure;
+        write_at(buffer, length, offset, failure);
+        ec = failure.code;
+    }
+    /// As above, recording everything about a failure in `failure`.
+    void write_at(const void* buffer, std::size_t length, std::uint64_t offset,
+                  io_failure& failure);
+
+    /// Sets the file's size.
+    void truncate(std::uint64_t size) {
+        std::error_code ec;
+        truncate(size, ec);
+        detail::throw_if({ec, "truncate", path_, size, 0});
+    }
+    /// Sets the file's size, reporting failure through `ec`.
+    void truncate(std::uint64_t size, std::error_code& ec) noexcept {
+        ec.clear();
+        while (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+            if (errno != EINTR) {
+                ec = detail::errno_code(errno);
+                return;
+            }
+        }
+    }
+
+    /// Flushes the file's data to the device (`fdatasync`).
+    void sync() {
+        std::error_code ec;
+        sync(ec);
+        detail::throw_if({ec, "fdatasync", path_, 0, 0});
+    }
+    /// Flushes the file's data to the device, reporting failure through `ec`.
+    void sync(std::error_code& ec) noexcept {
+        ec.clear();
+        if (::fdatasync(fd_) != 0) ec = detail::errno_code(errno);
+    }
+
+    /// Closes the file, reporting the close's error (a handle closes once; this is then a no-op).
+    void close() {
+        std::error_code ec;
+        close(ec);
+        detail::throw_if({ec, "close", path_, 0, 0});
+    }
+    /// Closes the file, reporting failure through `ec`.
+    void close(std::error_code& ec) noexcept {
+        ec.clear();
+        if (fd_ < 0) return;
+        // Linux releases the descriptor even when close fails: never retry it.
+        if (::close(fd_) != 0 && errno != EINTR) ec = detail::errno_code(errno);
+        fd_ = -1;
+    }
+
+    /// Exchanges two handles.
+    void swap(file& other) noexcept {
+        std::swap(fd_, other.fd_);
+        std::swap(direct_, other.direct_);
+        std::swap(mode_, other.mode_);
+        std::swap(path_, other.path_);
+        std::swap(alignment_, other.alignment_);
+    }
+
+  private:
+    io_failure open_impl(std::string path, open_mode mode, direct_io direct);
+    void close_quietly() noexcept {
+        std::error_code ignored;
+        close(ignored);
+    }
+    // The plain loops, valid when the range satisfies the descriptor's constraints.
+    std::size_t read_plain(void* buffer, std::size_t length, std::uint64_t offset,
+                           io_failure& failure) noexcept;
+    bool write_plain(const void* buffer, std::size_t length, std::uint64_t offset,
+                     io_failure& failure) noexcept;
+
+    int fd_ = -1;
+    bool direct_ = false;
+    open_mode mode_ = open_mode::read;
+    std::string path_;
+    dio_alignment alignment_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+inline io_failure file::open_impl(std::string path, open_mode mode, direct_io direct) {
+    close_quietly();
+    path_ = std::move(path);
+    mode_ = mode;
+    int flags = O_CLOEXEC;
+    switch (mode) {
+        case open_mode::read:
+            flags |= O_RDONLY;
+            break;
+        case open_mode::write:
+            flags |= O_RDWR | O_CREAT | O_TRUNC;
+            break;
+        case open_mode::read_write:
+            flags |= O_RDWR | O_CREAT;
+            break;
+    }
+    auto try_open = [&](int extra) {
+        int fd;
+        do {
+            fd = ::open(path_.c_str(), flags | extra, 0666);
+        } while (fd < 0 && errno == EINTR);
+        return fd;
+    };
+    direct_ = direct != direct_io::off;
+    int fd = try_open(direct_ ? O_DIRECT : 0);
+    bool refused = false;
+    if (fd < 0 && direct_ && errno == EINVAL) {
+        // EINVAL may mean "no O_DIRECT here" or something else entirely (a directory, say):
+        // a buffered open tells which.
+        direct_ = false;
+        fd = try_open(0);
+        refused = fd >= 0;
+    }
+    if (fd < 0) {
+        return {detail::errno_code(errno), direct_ ? "open with O_DIRECT" : "open", path_, 0, 0};
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        ::close(fd);
+        return {detail::errno_code(EISDIR), "open", path_, 0, 0};
+    }
+    if (refused && direct == direct_io::on) {
+        ::close(fd);
+        return {detail::errno_code(EINVAL),
+                "open with O_DIRECT (the filesystem refuses direct I/O; use direct_io::automatic "
+                "or direct_io::off)",
+                path_, 0, 0};
+    }
+    fd_ = fd;
+    alignment_ = query_dio_alignment(fd_);
+    return {};
+}
+
+inline std::size_t file::read_plain(void* buffer, std::size_t length, std::uint64_t offset,
+                                    io_failure& failure) noexcept {
+    auto* out = static_cast<std::byte*>(buffer);
+    std::size_t done = 0;
+    while (done < length) {
+        const ssize_t got =
+            ::pread(fd_, out + done, length - done, static_cast<off_t>(offset + done));
+        if (got < 0) {
+            if (errno == EINTR || errno == EAGAIN) continue;
+            failure = {detail::errno_code(errno), "read", path_, offset + done, length - done};
+            return done;
+        }
+        if (got == 0) break;  // end of file
+        done += static_cast<std::size_t>(got);
+        // On O_DIRECT a short read ending off alignment can only be the end of the file, and
+        // asking again from there would be refused.
+        if (direct_ && !is_aligned(offset + done, alignment_.offset)) break;
+    }
+    return done;
+}
+
+inline bool file::write_plain(const void* buffer, std::size_t length, std::uint64_t offset,
+                              io_failure& failure) noexcept {
+    const auto* in = static_cast<const std::byte*>(buffer);
+    std::size_t done = 0;
+    while (done < length) {
+        const ssize_t put =
+            ::pwrite(fd_, in + done, length - done, static_cast<off_t>(offset + done));
+        if (put < 0) {
+            if (errno == EINTR || errno == EAGAIN) continue;
+            failure = {detail::errno_code(errno), "write", path_, offset + done, length - done};
+            return false;
+        }
+        if (put == 0) {  // no progress and no error: the device is full in all but name
+            failure = {detail::errno_code(ENOSPC), "write", path_, offset + done, length - done};
+            return false;
+        }
+        done += static_cast<std::size_t>(put);
+    }
+    return true;
+}
+
+namespace detail {
+// Bounce buffers for unaligned O_DIRECT ranges are this size (rounded to the file's alignment).
+inline constexpr std::size_t bounce_size = 64 * 1024;
+}  // namespace detail
+
+inline std::size_t file::read_at(void* buffer, std::size_t length, std::uint64_t offset,
+                                 io_failure& failure) {
+    failure = {};
+    const std::size_t unit = required_alignment();
+    if (unit == 1 || (is_aligned(buffer, alignment_.memory) && is_aligned(offset, unit) &&
+                      is_aligned(length, unit))) {
+        return read_plain(buffer, length, offset, failure);
+    }
+    // Unaligned on an O_DIRECT handle: read whole aligned units into a bounce buffer and copy.
+    aligned_buffer bounce(static_cast<std::size_t>(align_up(detail::bounce_size, unit)),
+                          std::max<std::size_t>(unit, 64));
+    auto* out = static_cast<std::byte*>(buffer);
+    std::size_t done = 0;
+    while (done < length) {
+        const std::uint64_t position = offset + done;
+        const std::uint64_t start = align_down(position, unit);
+        const std::size_t skip = static_cast<std::size_t>(position - start);
+        const std::size_t want = std::min(length - done, bounce.capacity() - skip);
+        const std::size_t span = static_cast<std::size_t>(align_up(skip + want, unit));
+        const std::size_t got = read_plain(bounce.data(), span, start, failure);
+        if (failure) {
+            failure.offset = position;
+            failure.length = length - done;
+            return done;
+        }
+        if (got <= skip) break;  // end of file before `position`
+        const std::size_t useful = std::min(want, got - skip);
+        std::memcpy(out + done, bounce.data() + skip, useful);
+        done += useful;
+        if (useful < want) break;  // end of file inside this span
+    }
+    return done;
+}
+
+inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t offset,
+                           io_failure& failure) {
+    failure = {};
+    const std::size_t unit = required_alignment();
+    if (unit == 1 || (is_aligned(buffer, alignment_.memory) && is_aligned(offset, unit) &&
+                      is_aligned(length, unit))) {
+        write_plain(buffer, length, offset, failure);
+        return;
+    }
+    // Unaligned on an O_DIRECT handle: merge the caller's bytes into whole aligned units.
+    aligned_buffer bounce(static_cast<std::size_t>(align_up(detail::bounce_size, unit)),
+                          std::max<std::size_t>(unit, 64));
+    const auto* in = static_cast<const std::byte*>(buffer);
+    std::size_t done = 0;
+    while (done < length) {
+        const std::uint64_t position = offset + done;
+        const std::uint64_t start = align_down(position, unit);
+        const std::size_t skip = static_cast<std::size_t>(position - start);
+        const std::size_t want = std::min(length - done, bounce.capacity() - skip);
+        const std::size_t span = static_cast<std::size_t>(align_up(skip + want, unit));
+        std::size_t existing = 0;
+        if (skip != 0 || want != span) {  // only partial units need the file's current bytes
+            existing = read_plain(bounce.data(), span, start, failure);
+            if (failure) {
+                failure.operation = "read (merging an unaligned write)";
+                return;
+            }
+        }
+        std::memset(bounce.data() + existing, 0, span - existing);
+        std::memcpy(bounce.data() + skip, in + done, want);
+        if (!write_plain(bounce.data(), span, start, failure)) {
+            failure.offset = position;
+            failure.length = length - done;
+            return;
+        }
+        // The aligned write may have grown the file past the caller's range: cut it back to
+        // the larger of its previous end and the caller's end.
+        if (existing < span) {
+            const std::uint64_t keep = std::max<std::uint64_t>(start + existing, position + want);
+            if (keep < start + span) {
+                std::error_code ec;
+                truncate(keep, ec);
+                if (ec) {
+                    failure = {ec, "truncate (after an unaligned write)", path_, keep, 0};
+                    return;
+                }
+            }
+        }
+        done += want;
+    }
+}
+
+}  // namespace nvmeio

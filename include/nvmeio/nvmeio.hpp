@@ -1,0 +1,14 @@
+#pragma once
+/// \file nvmeio.hpp
+/// The umbrella header: everything public in nvmeio.
+
+#include "nvmeio/aio_context.hpp"
+#include "nvmeio/aligned_allocator.hpp"
+#include "nvmeio/alignment.hpp"
+#include "nvmeio/backend/libaio.hpp"
+#include "nvmeio/backend/request.hpp"
+#include "nvmeio/error.hpp"
+#include "nvmeio/file.hpp"
+#include "nvmeio/perf.hpp"
+#include "nvmeio/strategy.hpp"
+#include "nvmeio/version.hpp"

@@ -1,0 +1,247 @@
+#define BOOST_TEST_MODULE file
+#include <boost/test/unit_test.hpp>
+
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <nvmeio/file.hpp>
+#include <nvmeio/strategy.hpp>
+#include <string>
+
+#include "test_support.hpp"
+
+using namespace nvmeio;
+using nvmeio_test::temp_path;
+
+namespace {
+
+template <class F>
+std::string io_error_text(F&& f) {
+    try {
+        f();
+    } catch (const io_error& e) {
+        return e.what();
+    }
+    return "no io_error";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+}
+
+// A folder on a filesystem that refuses O_DIRECT: /dev/shm where tmpfs still refuses it
+// (Linux < 6.6), else a ramfs mounted for the test (needs root). Empty when neither is possible.
+class refusing_dir {
+  public:
+    refusing_dir() {
+        if (!nvmeio_test::accepts_o_direct("/dev/shm")) {
+            path_ = "/dev/shm";
+            return;
+        }
+        char pattern[] = "/tmp/nvmeio-ramfs-XXXXXX";
+        if (::mkdtemp(pattern) == nullptr) return;
+        if (::mount("ramfs", pattern, "ramfs", 0, nullptr) == 0) {
+            path_ = pattern;
+            mounted_ = true;
+        } else {
+            ::rmdir(pattern);
+        }
+    }
+    ~refusing_dir() {
+        if (mounted_) {
+            ::umount(path_.c_str());
+            ::rmdir(path_.c_str());
+        }
+    }
+    const std::string& path() const { return path_; }
+
+  private:
+    std::string path_;
+    bool mounted_ = false;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(direct_open_on_the_test_disk_really_uses_o_direct) {
+    temp_path path("direct");
+    file f(path.str(), open_mode::write, direct_io::on);
+    BOOST_TEST(f.is_direct());
+    BOOST_TEST((::fcntl(f.native_handle(), F_GETFL) & O_DIRECT) != 0);
+    BOOST_TEST(f.alignment().memory >= 1u);
+    BOOST_TEST(f.alignment().offset >= 1u);
+}
+
+BOOST_AUTO_TEST_CASE(off_mode_opens_without_o_direct) {
+    temp_path path("buffered");
+    file f(path.str(), open_mode::write, direct_io::off);
+    BOOST_TEST(!f.is_direct());
+    BOOST_TEST((::fcntl(f.native_handle(), F_GETFL) & O_DIRECT) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(write_mode_creates_and_truncates) {
+    temp_path path("truncate");
+    nvmeio_test::spew(path.str(), "0123456789", 10);
+    file f(path.str(), open_mode::write);
+    BOOST_TEST(f.size() == 0u);
+    BOOST_TEST(nvmeio_test::file_size(path.str()) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(read_write_mode_keeps_existing_bytes) {
+    temp_path path("keep");
+    nvmeio_test::spew(path.str(), "0123456789", 10);
+    file f(path.str(), open_mode::read_write);
+    BOOST_TEST(f.size() == 10u);
+}
+
+BOOST_AUTO_TEST_CASE(missing_file_error_names_the_path_and_the_reason) {
+    const std::string path = nvmeio_test::scratch_dir() + "/does-not-exist";
+    try {
+        file f(path, open_mode::read);
+        BOOST_FAIL("opened a missing file");
+    } catch (const io_error& e) {
+        BOOST_TEST((e.code() == std::errc::no_such_file_or_directory));
+        BOOST_TEST(e.path() == path);
+        BOOST_TEST(contains(e.what(), path));
+        BOOST_TEST(contains(e.what(), "open"));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(directory_is_refused_with_eisdir) {
+    const std::string text =
+        io_error_text([] { file f(nvmeio_test::scratch_dir(), open_mode::read); });
+    BOOST_TEST(contains(text, "Is a directory"), text);
+}
+
+BOOST_AUTO_TEST_CASE(error_code_open_reports_instead_of_throwing) {
+    std::error_code ec;
+    file f =
+        file::open(nvmeio_test::scratch_dir() + "/nope/nope", open_mode::read, direct_io::on, ec);
+    BOOST_TEST((ec == std::errc::no_such_file_or_directory));
+    BOOST_TEST(!f.is_open());
+}
+
+BOOST_AUTO_TEST_CASE(moves_transfer_the_descriptor_and_close_exactly_once) {
+    temp_path path("moves");
+    const int before = nvmeio_test::open_fd_count();
+    {
+        file a(path.str(), open_mode::write);
+        const int fd = a.native_handle();
+        file b(std::move(a));
+        BOOST_TEST(!a.is_open());
+        BOOST_TEST(b.native_handle() == fd);
+        file c;
+        c = std::move(b);
+        BOOST_TEST(c.native_handle() == fd);
+        BOOST_TEST(nvmeio_test::open_fd_count() == before + 1);
+        c.close();
+        c.close();  // a second close is a no-op, not a close of someone else's descriptor
+        BOOST_TEST(nvmeio_test::open_fd_count() == before);
+    }
+    BOOST_TEST(nvmeio_test::open_fd_count() == before);
+    static_assert(std::is_nothrow_move_constructible_v<file>);
+    static_assert(std::is_nothrow_move_assignable_v<file>);
+    static_assert(!std::is_copy_constructible_v<file>);
+}
+
+BOOST_AUTO_TEST_CASE(read_at_and_write_at_handle_any_alignment_on_a_direct_handle) {
+    temp_path path("unaligned_sync");
+    const std::size_t size = 200'000;
+    auto expected = nvmeio_test::pattern(size, 4);
+    nvmeio_test::spew(path.str(), expected.data(), size);
+    file f(path.str(), open_mode::read_write, direct_io::on);
+    BOOST_TEST_REQUIRE(f.is_direct());
+    // Unaligned read into an unaligned buffer.
+    std::vector<unsigned char> got(100'001);
+    BOOST_TEST(f.read_at(got.data() + 1, 100'000, 12'345) == 100'000u);
+    BOOST_TEST(std::memcmp(got.data() + 1, expected.data() + 12'345, 100'000) == 0);
+    // Unaligned write in the middle: the bytes around it stay.
+    const auto patch = nvmeio_test::pattern(70'001, 8);
+    f.write_at(patch.data(), patch.size(), 3);
+    std::memcpy(expected.data() + 3, patch.data(), patch.size());
+    BOOST_TEST(f.size() == size);
+    BOOST_TEST((nvmeio_test::slurp(path.str()) == expected));
+    // Unaligned write past the end grows the file to exactly its end.
+    f.write_at(patch.data(), 10, size + 7);
+    BOOST_TEST(f.size() == size + 17);
+    // Reading past the end returns what exists.
+    BOOST_TEST(f.read_at(got.data(), 1000, size + 10) == 7u);
+}
+
+BOOST_AUTO_TEST_CASE(truncate_sets_the_size) {
+    temp_path path("truncate2");
+    file f(path.str(), open_mode::write);
+    f.truncate(12345);
+    BOOST_TEST(f.size() == 12345u);
+}
+
+BOOST_AUTO_TEST_CASE(tmpfs_in_automatic_mode_gets_what_tmpfs_offers_and_exact_bytes) {
+    // tmpfs refuses O_DIRECT before Linux 6.6 and accepts it since; either way the handle says
+    // which it got, and the bytes are exact.
+    const bool tmpfs_direct = nvmeio_test::accepts_o_direct("/dev/shm");
+    BOOST_TEST_MESSAGE("tmpfs " << (tmpfs_direct ? "accepts" : "refuses") << " O_DIRECT here");
+    temp_path path("tmpfs_auto", "/dev/shm");
+    const std::size_t size = 3 * 65536 + 11;
+    aligned_buffer source(size), target(size);
+    nvmeio_test::fill_pattern(source.data(), size, 21);
+    aio_context context({8, 65536});
+    {
+        file out(path.str(), open_mode::write, direct_io::automatic);
+        BOOST_TEST(out.is_direct() == tmpfs_direct);
+        write(context, out, source.data(), size, 0);
+    }
+    file in(path.str(), open_mode::read, direct_io::automatic);
+    BOOST_TEST(in.is_direct() == tmpfs_direct);
+    BOOST_TEST(read(context, in, target.data(), size, 0).bytes == size);
+    BOOST_TEST(std::memcmp(source.data(), target.data(), size) == 0);
+    BOOST_TEST(nvmeio_test::file_size(path.str()) == size);
+}
+
+BOOST_AUTO_TEST_CASE(tmpfs_in_on_mode_is_direct_or_a_precise_error) {
+    const bool tmpfs_direct = nvmeio_test::accepts_o_direct("/dev/shm");
+    temp_path path("tmpfs_on", "/dev/shm");
+    if (tmpfs_direct) {
+        file f(path.str(), open_mode::write, direct_io::on);
+        BOOST_TEST(f.is_direct());
+    } else {
+        const std::string text =
+            io_error_text([&] { file f(path.str(), open_mode::write, direct_io::on); });
+        BOOST_TEST(contains(text, "O_DIRECT"), text);
+        BOOST_TEST(contains(text, path.str()), text);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(filesystem_refusing_o_direct_gives_fallback_in_automatic_and_error_in_on) {
+    refusing_dir dir;
+    if (dir.path().empty()) {
+        // Only root can mount a ramfs; CI runs as root, so there this must not happen.
+        BOOST_TEST(::geteuid() != 0u, "running as root but could not mount a ramfs");
+        BOOST_WARN_MESSAGE(false,
+                           "NOT TESTED: no filesystem refusing O_DIRECT is reachable "
+                           "(tmpfs accepts it on this kernel and mounting ramfs needs root)");
+        return;
+    }
+    BOOST_TEST_MESSAGE("refusing filesystem at " << dir.path());
+    temp_path path("refused", dir.path());
+    const std::string text =
+        io_error_text([&] { file f(path.str(), open_mode::write, direct_io::on); });
+    BOOST_TEST(contains(text, "O_DIRECT"), text);
+    BOOST_TEST(contains(text, "refuses direct I/O"), text);
+    BOOST_TEST(contains(text, path.str()), text);
+    BOOST_TEST(contains(text, "Invalid argument"), text);
+
+    const std::size_t size = 70'000;
+    aligned_buffer source(size), target(size);
+    nvmeio_test::fill_pattern(source.data(), size, 5);
+    aio_context context({4, 65536});
+    {
+        file out(path.str(), open_mode::write, direct_io::automatic);
+        BOOST_TEST(!out.is_direct());
+        write(context, out, source.data(), size, 0);
+    }
+    file in(path.str(), open_mode::read, direct_io::automatic);
+    BOOST_TEST(!in.is_direct());
+    BOOST_TEST(read(context, in, target.data(), size, 0).bytes == size);
+    BOOST_TEST(std::memcmp(source.data(), target.data(), size) == 0);
+}

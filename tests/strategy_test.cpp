@@ -1,0 +1,289 @@
+#define BOOST_TEST_MODULE strategy
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <cstring>
+#include <nvmeio/strategy.hpp>
+#include <string>
+#include <vector>
+
+#include "test_support.hpp"
+
+namespace bdata = boost::unit_test::data;
+using namespace nvmeio;
+using nvmeio_test::temp_path;
+
+namespace {
+
+constexpr std::size_t block = 64 * 1024;  // small, so "many blocks" stays quick
+
+const std::vector<std::size_t> sizes = {0,    1,         511,   4095,      4096,
+                                        4097, block - 1, block, block + 1, 37 * block + 123};
+const std::vector<unsigned> depths = {1, 2, 8, 64};
+
+std::vector<transfer_config> every_config() {
+    std::vector<transfer_config> out;
+    for (strategy_kind s : {strategy_kind::sequential, strategy_kind::overlapped}) {
+        for (submit_mode m : {submit_mode::single, submit_mode::block})
+            out.push_back({s, m, false});
+    }
+    return out;
+}
+
+std::string describe(const transfer_config& c, unsigned depth, std::size_t size) {
+    return std::string(to_string(c.strategy)) + "/" + to_string(c.submit) +
+           " qd=" + std::to_string(depth) + " size=" + std::to_string(size);
+}
+
+// Writes `size` bytes with `config`, checks the file with plain POSIX reads, reads it back with
+// `config` into a buffer whose bytes past `size` are a sentinel, and checks every byte.
+void round_trip(std::size_t size, unsigned depth, std::size_t block_size,
+                const transfer_config& config) {
+    BOOST_TEST_CONTEXT(describe(config, depth, size)) {
+        temp_path path("round_trip");
+        aio_context context({depth, block_size});
+        const std::vector<unsigned char> expected = nvmeio_test::pattern(size, size * 31 + depth);
+        aligned_buffer source(size);
+        if (size != 0) std::memcpy(source.data(), expected.data(), size);
+        {
+            file out(path.str(), open_mode::write, direct_io::on);
+            BOOST_TEST_REQUIRE(out.is_direct());
+            const transfer_result written = write(context, out, source.data(), size, 0, config);
+            BOOST_TEST(written.bytes == size);
+        }
+        BOOST_TEST(nvmeio_test::file_size(path.str()) == size);
+        BOOST_TEST((nvmeio_test::slurp(path.str()) == expected));
+
+        const std::size_t slack = 8192;
+        aligned_buffer target(size + slack);
+        std::memset(target.data(), 0xAB, target.capacity());
+        file in(path.str(), open_mode::read, direct_io::on);
+        BOOST_TEST_REQUIRE(in.is_direct());
+        const transfer_result got = read(context, in, target.data(), size, 0, config);
+        BOOST_TEST(got.bytes == size);
+        BOOST_TEST(std::memcmp(target.data(), expected.data(), size) == 0);
+        std::size_t touched = 0;
+        for (std::size_t i = size; i < target.capacity(); ++i) {
+            touched += target.data()[i] != std::byte{0xAB};
+        }
+        BOOST_TEST(touched == 0u, "bytes past the requested length were overwritten");
+    }
+}
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(round_trip_is_byte_exact_for_every_strategy_and_submit_mode,
+                     bdata::make(sizes) * bdata::make(depths), size, depth) {
+    for (const transfer_config& c : every_config())
+        round_trip(size, depth, block, c);
+}
+
+BOOST_DATA_TEST_CASE(round_trip_of_64_mib_with_1_mib_blocks_is_byte_exact, bdata::make(depths),
+                     depth) {
+    for (const transfer_config& c : every_config())
+        round_trip(64u << 20, depth, 1u << 20, c);
+}
+
+BOOST_AUTO_TEST_CASE(read_past_end_of_file_reports_the_bytes_that_exist) {
+    temp_path path("short_file");
+    const std::size_t size = 3 * block + 777;
+    const auto bytes = nvmeio_test::pattern(size, 5);
+    nvmeio_test::spew(path.str(), bytes.data(), size);
+    aio_context context({8, block});
+    file in(path.str(), open_mode::read);
+    for (const transfer_config& c : every_config()) {
+        BOOST_TEST_CONTEXT(describe(c, 8, size)) {
+            aligned_buffer target(11 * block);
+            std::memset(target.data(), 0xCD, target.capacity());
+            const transfer_result got = read(context, in, target.data(), 10 * block, 0, c);
+            BOOST_TEST(got.bytes == size);
+            BOOST_TEST(std::memcmp(target.data(), bytes.data(), size) == 0);
+            // Past the requested length the buffer is as it was.
+            BOOST_TEST(std::to_integer<int>(target.data()[10 * block]) == 0xCD);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(read_starting_past_end_of_file_moves_nothing) {
+    temp_path path("tiny_file");
+    nvmeio_test::spew(path.str(), "abc", 3);
+    aio_context context({4, block});
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(block);
+    BOOST_TEST(read(context, in, target.data(), block, 4 * block).bytes == 0u);
+    BOOST_TEST(read(context, in, target.data(), 100, 4096).bytes == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(write_at_an_offset_keeps_the_bytes_around_it) {
+    temp_path path("patch");
+    const std::size_t size = 4 * block;
+    auto bytes = nvmeio_test::pattern(size, 9);
+    nvmeio_test::spew(path.str(), bytes.data(), size);
+    aio_context context({4, block});
+    file f(path.str(), open_mode::read_write);
+    const std::size_t patch_length = block + 100;  // aligned start, unaligned end
+    aligned_buffer patch(patch_length);
+    nvmeio_test::fill_pattern(patch.data(), patch_length, 77);
+    write(context, f, patch.data(), patch_length, block);
+    std::memcpy(bytes.data() + block, patch.data(), patch_length);
+    BOOST_TEST(nvmeio_test::file_size(path.str()) == size);
+    BOOST_TEST((nvmeio_test::slurp(path.str()) == bytes));
+}
+
+BOOST_AUTO_TEST_CASE(offsets_beyond_4_gib_use_64_bit_arithmetic) {
+    temp_path path("sparse_far");
+    const std::uint64_t far = (std::uint64_t{5} << 30) + 4096;  // a sparse file: no disk used
+    aio_context context({4, block});
+    aligned_buffer source(2 * block + 3);
+    nvmeio_test::fill_pattern(source.data(), source.size(), 11);
+    {
+        file out(path.str(), open_mode::write);
+        write(context, out, source.data(), source.size(), far);
+    }
+    BOOST_TEST(nvmeio_test::file_size(path.str()) == far + source.size());
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(source.size());
+    BOOST_TEST(read(context, in, target.data(), source.size(), far).bytes == source.size());
+    BOOST_TEST(std::memcmp(target.data(), source.data(), source.size()) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(buffered_handle_accepts_unaligned_buffer_and_offset) {
+    temp_path path("buffered");
+    const auto bytes = nvmeio_test::pattern(3 * block + 5, 3);
+    nvmeio_test::spew(path.str(), bytes.data(), bytes.size());
+    aio_context context({8, 1000});  // not even a power of two: fine without O_DIRECT
+    file in(path.str(), open_mode::read, direct_io::off);
+    BOOST_TEST(!in.is_direct());
+    std::vector<unsigned char> target(bytes.size());
+    const std::size_t offset = 13;
+    const transfer_result got =
+        read(context, in, target.data() + 1, bytes.size() - offset - 1, offset);
+    BOOST_TEST(got.bytes == bytes.size() - offset - 1);
+    BOOST_TEST(std::memcmp(target.data() + 1, bytes.data() + offset, got.bytes) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(unaligned_buffer_on_direct_handle_is_rejected_with_the_rule) {
+    temp_path path("unaligned_buffer");
+    nvmeio_test::spew(path.str(), std::string(3 * block, 'x').data(), 3 * block);
+    aio_context context({4, block});
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(block + 4096);
+    try {
+        (void)read(context, in, target.data() + 1, block, 0);
+        BOOST_FAIL("an unaligned buffer was accepted");
+    } catch (const std::invalid_argument& e) {
+        const std::string what = e.what();
+        BOOST_TEST(what.find("buffer address") != std::string::npos);
+        BOOST_TEST(what.find(path.str()) != std::string::npos);
+        BOOST_TEST(what.find(std::to_string(in.alignment().memory)) != std::string::npos);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(unaligned_offset_on_direct_handle_is_rejected_with_the_rule) {
+    temp_path path("unaligned_offset");
+    nvmeio_test::spew(path.str(), std::string(3 * block, 'x').data(), 3 * block);
+    aio_context context({4, block});
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(block);
+    try {
+        (void)read(context, in, target.data(), block, 100);
+        BOOST_FAIL("an unaligned offset was accepted");
+    } catch (const std::invalid_argument& e) {
+        const std::string what = e.what();
+        BOOST_TEST(what.find("offset 100") != std::string::npos);
+        BOOST_TEST(what.find("not a multiple of " + std::to_string(in.alignment().offset)) !=
+                   std::string::npos);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(block_size_off_the_file_alignment_is_rejected_with_both_values) {
+    temp_path path("odd_block");
+    nvmeio_test::spew(path.str(), std::string(block, 'x').data(), block);
+    aio_context context({4, 1000});
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(block);
+    try {
+        (void)read(context, in, target.data(), block, 0);
+        BOOST_FAIL("a block size off the alignment was accepted");
+    } catch (const std::invalid_argument& e) {
+        const std::string what = e.what();
+        BOOST_TEST(what.find("block_size 1000") != std::string::npos);
+        BOOST_TEST(what.find(std::to_string(in.alignment().strictest())) != std::string::npos);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(write_to_a_read_only_handle_is_rejected) {
+    temp_path path("read_only");
+    nvmeio_test::spew(path.str(), "abcd", 4);
+    aio_context context({4, block});
+    file in(path.str(), open_mode::read);
+    aligned_buffer source(4096);
+    BOOST_CHECK_THROW(write(context, in, source.data(), 4096, 0), std::invalid_argument);
+    BOOST_TEST(nvmeio_test::slurp(path.str()).size() == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(null_buffer_is_rejected) {
+    temp_path path("null");
+    nvmeio_test::spew(path.str(), "abcd", 4);
+    aio_context context({4, block});
+    file in(path.str(), open_mode::read);
+    BOOST_CHECK_THROW((void)read(context, in, nullptr, 4096, 0), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(error_code_overload_reports_failure_without_throwing) {
+    temp_path path("ec");
+    nvmeio_test::spew(path.str(), "abcd", 4);
+    aio_context context({4, block});
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(4096);
+    std::error_code ec = std::make_error_code(std::errc::io_error);
+    const transfer_result got = read(context, in, target.data(), 4096, 0, {}, ec);
+    BOOST_TEST(!ec);
+    BOOST_TEST(got.bytes == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(measuring_fills_perf_and_not_measuring_leaves_it_empty) {
+    temp_path path("perf");
+    const std::size_t size = 16 * block;
+    const auto bytes = nvmeio_test::pattern(size, 1);
+    nvmeio_test::spew(path.str(), bytes.data(), size);
+    aio_context context({4, block});
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(size);
+    for (const transfer_config& c : every_config()) {
+        BOOST_TEST_CONTEXT(describe(c, 4, size)) {
+            transfer_config measured = c;
+            measured.measure = true;
+            const transfer_result on = read(context, in, target.data(), size, 0, measured);
+            BOOST_TEST(on.perf.bytes == size);
+            BOOST_TEST(on.perf.requests == 16u);
+            BOOST_TEST(on.perf.completion.count == 16u);
+            // single submit: one call per request; block: at most one per refill.
+            if (c.submit == submit_mode::single) {
+                BOOST_TEST(on.perf.submit.count == 16u);
+            } else {
+                BOOST_TEST(on.perf.submit.count <= 16u);
+                BOOST_TEST(on.perf.submit.count >= 4u);
+            }
+            BOOST_TEST(on.perf.elapsed_us > 0);
+            BOOST_TEST(on.perf.completion.min_us <= on.perf.completion.avg_us);
+            BOOST_TEST(on.perf.completion.avg_us <= on.perf.completion.max_us);
+            const transfer_result off = read(context, in, target.data(), size, 0, c);
+            BOOST_TEST(off.perf.requests == 0u);
+            BOOST_TEST(off.perf.elapsed_us == 0);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(sequential_block_submit_uses_one_call_per_batch) {
+    temp_path path("batches");
+    const std::size_t size = 16 * block;
+    nvmeio_test::spew(path.str(), nvmeio_test::pattern(size, 2).data(), size);
+    aio_context context({4, block});
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(size);
+    const transfer_result got = transfer(context, in, operation::read, target.data(), size, 0,
+                                         sequential{submit_mode::block}, transfer_options{true});
+    BOOST_TEST(got.perf.submit.count == 4u);  // 16 requests in batches of queue depth 4
+}

@@ -1,0 +1,118 @@
+#pragma once
+// Helpers shared by the tests: scratch files on a real filesystem, patterns, plain-POSIX checks
+// that do not go through nvmeio.
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace nvmeio_test {
+
+// Where O_DIRECT test files live: $NVMEIO_TEST_DIR, else a folder in the working directory
+// (ctest runs in the build tree, which is on the disk under test).
+inline std::string scratch_dir() {
+    static const std::string dir = [] {
+        const char* env = std::getenv("NVMEIO_TEST_DIR");
+        std::string d = env != nullptr && *env != '\0' ? env : "nvmeio-test-scratch";
+        ::mkdir(d.c_str(), 0755);
+        return d;
+    }();
+    return dir;
+}
+
+// A fresh path in `dir`; the file is removed when the object dies.
+class temp_path {
+  public:
+    explicit temp_path(const std::string& name, const std::string& dir = scratch_dir()) {
+        static unsigned counter = 0;
+        path_ =
+            dir + "/" + name + "." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+        ::unlink(path_.c_str());
+    }
+    temp_path(const temp_path&) = delete;
+    temp_path& operator=(const temp_path&) = delete;
+    ~temp_path() { ::unlink(path_.c_str()); }
+    const std::string& str() const { return path_; }
+
+  private:
+    std::string path_;
+};
+
+// Deterministic bytes that differ at every position of a block (so misplaced blocks show).
+inline void fill_pattern(void* data, std::size_t n, std::uint64_t seed) {
+    auto* p = static_cast<unsigned char*>(data);
+    std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (std::size_t i = 0; i < n; ++i) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = static_cast<unsigned char>(x);
+    }
+}
+
+inline std::vector<unsigned char> pattern(std::size_t n, std::uint64_t seed) {
+    std::vector<unsigned char> v(n);
+    fill_pattern(v.data(), n, seed);
+    return v;
+}
+
+// The file's bytes read with plain buffered POSIX calls.
+inline std::vector<unsigned char> slurp(const std::string& path) {
+    std::vector<unsigned char> out;
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) return out;
+    unsigned char chunk[1 << 16];
+    ssize_t got;
+    while ((got = ::read(fd, chunk, sizeof chunk)) > 0)
+        out.insert(out.end(), chunk, chunk + got);
+    ::close(fd);
+    return out;
+}
+
+// Writes `bytes` to `path` with plain buffered POSIX calls.
+inline void spew(const std::string& path, const void* bytes, std::size_t n) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const auto* p = static_cast<const unsigned char*>(bytes);
+    std::size_t done = 0;
+    while (fd >= 0 && done < n) {
+        const ssize_t put = ::write(fd, p + done, n - done);
+        if (put <= 0) break;
+        done += static_cast<std::size_t>(put);
+    }
+    if (fd >= 0) ::close(fd);
+}
+
+inline std::uint64_t file_size(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : ~0ull;
+}
+
+// Number of open descriptors of this process.
+inline int open_fd_count() {
+    int n = 0;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+        while (::readdir(d) != nullptr)
+            ++n;
+        ::closedir(d);
+    }
+    return n;
+}
+
+// True when `dir` accepts O_DIRECT opens (checked with a plain open, not nvmeio).
+inline bool accepts_o_direct(const std::string& dir) {
+    const std::string probe = dir + "/.o_direct_probe." + std::to_string(::getpid());
+    const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);
+    ::unlink(probe.c_str());
+    if (fd < 0) return false;
+    ::close(fd);
+    return true;
+}
+
+}  // namespace nvmeio_test

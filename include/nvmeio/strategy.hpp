@@ -13,6 +13,10 @@
 /// `offset + length` long when it grew it). Unaligned buffers and offsets are rejected rather
 /// than bounced, because bouncing a whole transfer would silently halve its speed; use
 /// `file::read_at` / `file::write_at` for such ranges.
+///
+/// A write that grows the file first allocates its range with `fallocate`, so the file has its
+/// final size before any data moves (after a failed write the range exists but its bytes are
+/// unspecified); filesystems without fallocate are written without it.
 
 #include <cstddef>
 #include <cstdint>

@@ -82,15 +82,18 @@ class NvmeioConan(ConanFile):
     def package_info(self):
         self.cpp_info.bindirs = []
         self.cpp_info.libdirs = []
-        self.cpp_info.system_libs = ["pthread"]
+        # CMake: nvmeio::nvmeio comes from the installed nvmeio-config.cmake, not from CMakeDeps.
+        # That config finds libaio (which has no CMake package upstream) and xsimd/liburing itself,
+        # so it also works when a profile maps them to the system with [platform_requires], where
+        # CMakeDeps would generate nothing for them and a generated target would link nothing.
+        self.cpp_info.set_property("cmake_find_mode", "none")
         self.cpp_info.set_property("cmake_file_name", "nvmeio")
         self.cpp_info.set_property("cmake_target_name", "nvmeio::nvmeio")
-        self.cpp_info.set_property("pkg_config_name", "nvmeio")
-        self.cpp_info.defines = ["NVMEIO_HAS_XSIMD=1"]
-        if self.options.with_io_uring:
-            self.cpp_info.defines.append("NVMEIO_HAS_IO_URING=1")
-        # nvmeio::nvmeio comes from the installed nvmeio-config.cmake, not from CMakeDeps: it
-        # finds libaio (no CMake package upstream) and the system xsimd/liburing when a profile
-        # lists them under [platform_requires], where CMakeDeps would link nothing for them.
-        self.cpp_info.set_property("cmake_find_mode", "none")
         self.cpp_info.builddirs = [os.path.join("share", "cmake", "nvmeio")]
+        # Other generators (PkgConfigDeps, ...): the flags nvmeio.pc gives, spelled out because
+        # Conan knows no flags for [platform_requires] packages.
+        self.cpp_info.set_property("pkg_config_name", "nvmeio")
+        self.cpp_info.system_libs = ["aio", "pthread"]
+        if self.options.with_io_uring:
+            self.cpp_info.system_libs.append("uring")
+            self.cpp_info.defines = ["NVMEIO_HAS_IO_URING=1"]

@@ -13,7 +13,9 @@
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC PR 105593, see detail/simd.hpp
+// GCC PR 105593, see detail/simd.hpp
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace nvmeio::detail::simd {
@@ -105,21 +107,24 @@ inline constexpr std::size_t block_registers = 252;
 [[nodiscard]] inline std::size_t count_equal_in_block(const std::uint8_t* a, const std::uint8_t* b,
                                                       std::size_t len) noexcept {
     // Each lane counts the equal bytes it has seen. lanes_of() is 0xFF (= -1) for an equal
-    // byte, so subtracting adds one; summing four of them first keeps the carried dependency
-    // to one subtraction per iteration.
-    byte_batch counters(std::uint8_t{0});
+    // byte, so subtracting adds one. Two counters halve the carried dependency chain (compilers
+    // reassociate a single sum into four serial subtractions); together they still see at most
+    // one increment per register, so their sum fits a byte.
+    byte_batch counters_even(std::uint8_t{0});
+    byte_batch counters_odd(std::uint8_t{0});
     std::size_t i = 0;
     for (; i + stride <= len; i += stride) {
-        const byte_batch minus_equal =
-            (lanes_of(load(a + i) == load(b + i)) +
-             lanes_of(load(a + i + byte_lanes) == load(b + i + byte_lanes))) +
-            (lanes_of(load(a + i + 2 * byte_lanes) == load(b + i + 2 * byte_lanes)) +
-             lanes_of(load(a + i + 3 * byte_lanes) == load(b + i + 3 * byte_lanes)));
-        counters = counters - minus_equal;
+        counters_even = counters_even -
+                        (lanes_of(load(a + i) == load(b + i)) +
+                         lanes_of(load(a + i + 2 * byte_lanes) == load(b + i + 2 * byte_lanes)));
+        counters_odd =
+            counters_odd - (lanes_of(load(a + i + byte_lanes) == load(b + i + byte_lanes)) +
+                            lanes_of(load(a + i + 3 * byte_lanes) == load(b + i + 3 * byte_lanes)));
     }
     for (; i < len; i += byte_lanes) {
-        counters = counters - lanes_of(load(a + i) == load(b + i));
+        counters_even = counters_even - lanes_of(load(a + i) == load(b + i));
     }
+    const byte_batch counters = counters_even + counters_odd;
     return static_cast<std::size_t>(sum_bytes(counters));
 }
 

@@ -3,9 +3,9 @@
 //
 // Build: g++ -O2 -std=c++17 -Iinclude bench/compare_bench.cpp -o compare_bench
 //        (add -march=native for the host's widest registers)
-// The three functions are timed interleaved (A B C A B C ...) and the median of the rounds is
-// reported, with the median over rounds of each one's ratio to memcmp in the same round. GB = 10^9
-// bytes of ONE buffer per second; each comparison reads both buffers.
+// The three functions are timed interleaved (A B C A B C ...); reported are the median GB/s
+// over the rounds and the median of each round's ratio to memcmp.
+// GB = 10^9 bytes of ONE buffer per second; each comparison reads both buffers.
 
 #include <nvmeio/compare.hpp>
 

@@ -1,0 +1,94 @@
+#pragma once
+/// \file compare.hpp
+/// Byte-wise comparison of two memory ranges, for checking that what was read matches what
+/// was written. Any alignment and any length; the body uses xsimd registers of the translation
+/// unit's default architecture (so -march decides SSE2, AVX2 or AVX-512), the ends are scalar.
+///
+/// xsimd is used when <xsimd/xsimd.hpp> can be included and NVMEIO_NO_XSIMD is not defined;
+/// otherwise a word-at-a-time scalar comparator gives the same results.
+///
+/// Thread-safety: all functions only read their arguments; call them from any thread.
+
+#include <cstddef>
+#include <cstdint>
+
+#if !defined(NVMEIO_NO_XSIMD) && __has_include(<xsimd/xsimd.hpp>)
+#define NVMEIO_DETAIL_COMPARE_USES_XSIMD 1
+#include <nvmeio/detail/compare_simd.hpp>
+#else
+#define NVMEIO_DETAIL_COMPARE_USES_XSIMD 0
+#define NVMEIO_DETAIL_SIMD_TAG simd_none
+#include <nvmeio/detail/compare_scalar.hpp>
+#endif
+
+namespace nvmeio {
+
+/// The value first_mismatch() returns, and mismatch_summary holds, when there is no mismatch.
+inline constexpr std::size_t no_mismatch = static_cast<std::size_t>(-1);
+
+/// What count_mismatches() found.
+struct mismatch_summary {
+    std::size_t count;  ///< number of differing bytes
+    std::size_t first;  ///< offset of the first differing byte, or no_mismatch when count == 0
+    std::size_t last;   ///< offset of the last differing byte, or no_mismatch when count == 0
+
+    /// True when the ranges held the same bytes.
+    [[nodiscard]] bool equal() const noexcept { return count == 0; }
+};
+
+// The entry points live in an inline namespace named for the instruction set they were
+// compiled for, so translation units built with different -march flags (or with and without
+// NVMEIO_NO_XSIMD) link without one silently replacing the other. Callers just say nvmeio::.
+inline namespace NVMEIO_DETAIL_SIMD_TAG {
+
+/// True when this translation unit compares with xsimd registers, false on the scalar path.
+inline constexpr bool simd_enabled = NVMEIO_DETAIL_COMPARE_USES_XSIMD != 0;
+
+/// True when the `n` bytes at `a` and at `b` are identical; like `memcmp(a, b, n) == 0`.
+/// Stops at the first difference. Any alignment; `n == 0` is true (pointers may then be
+/// null); otherwise both ranges must be readable for `n` bytes. The ranges may overlap.
+[[nodiscard]] inline bool equal(const void* a, const void* b, std::size_t n) noexcept {
+    if (n == 0) return true;
+#if NVMEIO_DETAIL_COMPARE_USES_XSIMD
+    return detail::simd::equal(static_cast<const std::uint8_t*>(a),
+                               static_cast<const std::uint8_t*>(b), n);
+#else
+    return detail::scalar::equal(static_cast<const std::uint8_t*>(a),
+                                 static_cast<const std::uint8_t*>(b), n);
+#endif
+}
+
+/// Offset of the first byte that differs between the `n` bytes at `a` and at `b`, or
+/// no_mismatch when they are identical. Stops at the first difference. Same preconditions as
+/// equal().
+[[nodiscard]] inline std::size_t first_mismatch(const void* a, const void* b,
+                                                std::size_t n) noexcept {
+    if (n == 0) return no_mismatch;
+#if NVMEIO_DETAIL_COMPARE_USES_XSIMD
+    return detail::simd::first_mismatch(static_cast<const std::uint8_t*>(a),
+                                        static_cast<const std::uint8_t*>(b), n);
+#else
+    return detail::scalar::first_mismatch(static_cast<const std::uint8_t*>(a),
+                                          static_cast<const std::uint8_t*>(b), n);
+#endif
+}
+
+/// Number of differing bytes between the `n` bytes at `a` and at `b`, with the offsets of the
+/// first and last of them. Always reads all `n` bytes (no early exit); when some differ it
+/// re-reads at most a few KiB at each end to locate first/last. Same preconditions as equal().
+[[nodiscard]] inline mismatch_summary count_mismatches(const void* a, const void* b,
+                                                       std::size_t n) noexcept {
+    if (n == 0) return {0, no_mismatch, no_mismatch};
+#if NVMEIO_DETAIL_COMPARE_USES_XSIMD
+    const auto found = detail::simd::count_mismatches(static_cast<const std::uint8_t*>(a),
+                                                      static_cast<const std::uint8_t*>(b), n);
+#else
+    const auto found = detail::scalar::count_mismatches(static_cast<const std::uint8_t*>(a),
+                                                        static_cast<const std::uint8_t*>(b), n);
+#endif
+    static_assert(detail::scalar::npos == no_mismatch);
+    return {found.count_, found.first_, found.last_};
+}
+
+}  // namespace NVMEIO_DETAIL_SIMD_TAG
+}  // namespace nvmeio

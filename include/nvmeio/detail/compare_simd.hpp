@@ -1,0 +1,167 @@
+#pragma once
+/// \file detail/compare_simd.hpp
+/// xsimd comparison kernels for the translation unit's default architecture. The body runs on
+/// unaligned loads of whole registers; what is left (less than one register) goes to the scalar
+/// kernels or, where re-reading bytes is harmless, to one overlapping register at the end.
+
+#include <nvmeio/detail/compare_scalar.hpp>
+#include <nvmeio/detail/simd.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+// GCC PR 105593, see detail/simd.hpp
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace nvmeio::detail::simd {
+
+/// Registers compared per loop iteration: enough independent loads to keep both load ports
+/// busy, with a single branch per iteration.
+inline constexpr std::size_t unroll = 4;
+/// Bytes per loop iteration.
+inline constexpr std::size_t stride = unroll * byte_lanes;
+/// Registers per counting block: each byte lane counter gains at most one per register, so
+/// it must stay <= 255; a multiple of `unroll` keeps the block made of whole iterations.
+inline constexpr std::size_t block_registers = 252;
+
+/// True when any of the `stride` bytes at `a` and `b` differ.
+[[nodiscard]] inline bool stride_differs(const std::uint8_t* a, const std::uint8_t* b) noexcept {
+    // XOR/OR in registers and a single test: the mask is only materialised once per stride.
+    const byte_batch diff = ((load(a) ^ load(b)) | (load(a + byte_lanes) ^ load(b + byte_lanes))) |
+                            ((load(a + 2 * byte_lanes) ^ load(b + 2 * byte_lanes)) |
+                             (load(a + 3 * byte_lanes) ^ load(b + 3 * byte_lanes)));
+    return any(diff != byte_batch(std::uint8_t{0}));
+}
+
+/// Offset of the first differing byte in [0, len), or scalar::npos. len is a multiple of
+/// byte_lanes.
+[[nodiscard]] inline std::size_t first_in_registers(const std::uint8_t* a, const std::uint8_t* b,
+                                                    std::size_t len) noexcept {
+    for (std::size_t i = 0; i < len; i += byte_lanes) {
+        const byte_mask differs = load(a + i) != load(b + i);
+        if (any(differs)) return i + first_set(differs);
+    }
+    return scalar::npos;
+}
+
+/// Offset of the last differing byte in [0, len), or scalar::npos. len is a multiple of
+/// byte_lanes.
+[[nodiscard]] inline std::size_t last_in_registers(const std::uint8_t* a, const std::uint8_t* b,
+                                                   std::size_t len) noexcept {
+    for (std::size_t i = len; i > 0;) {
+        i -= byte_lanes;
+        const byte_mask differs = load(a + i) != load(b + i);
+        if (any(differs)) return i + last_set(differs);
+    }
+    return scalar::npos;
+}
+
+/// True when [0, n) of both ranges hold the same bytes.
+[[nodiscard]] inline bool equal(const std::uint8_t* a, const std::uint8_t* b,
+                                std::size_t n) noexcept {
+    if (n < byte_lanes) return scalar::equal(a, b, n);
+    std::size_t i = 0;
+    for (; i + stride <= n; i += stride) {
+        if (stride_differs(a + i, b + i)) return false;
+    }
+    for (; i + byte_lanes <= n; i += byte_lanes) {
+        if (any(load(a + i) != load(b + i))) return false;
+    }
+    if (i < n) {
+        // The last register overlaps bytes already known to be equal, which is harmless.
+        const std::size_t last = n - byte_lanes;
+        if (any(load(a + last) != load(b + last))) return false;
+    }
+    return true;
+}
+
+/// Offset of the first differing byte in [0, n), or scalar::npos.
+[[nodiscard]] inline std::size_t first_mismatch(const std::uint8_t* a, const std::uint8_t* b,
+                                                std::size_t n) noexcept {
+    if (n < byte_lanes) return scalar::first_mismatch(a, b, n);
+    std::size_t i = 0;
+    for (; i + stride <= n; i += stride) {
+        if (stride_differs(a + i, b + i)) return i + first_in_registers(a + i, b + i, stride);
+    }
+    for (; i + byte_lanes <= n; i += byte_lanes) {
+        const byte_mask differs = load(a + i) != load(b + i);
+        if (any(differs)) return i + first_set(differs);
+    }
+    if (i < n) {
+        // Bytes before i are known equal, so the first set lane of the overlapping last
+        // register is the first mismatch.
+        const std::size_t last = n - byte_lanes;
+        const byte_mask differs = load(a + last) != load(b + last);
+        if (any(differs)) return last + first_set(differs);
+    }
+    return scalar::npos;
+}
+
+/// Number of equal bytes in [0, len). len is a multiple of byte_lanes and at most
+/// block_registers * byte_lanes.
+[[nodiscard]] inline std::size_t count_equal_in_block(const std::uint8_t* a, const std::uint8_t* b,
+                                                      std::size_t len) noexcept {
+    // Each lane counts the equal bytes it has seen. lanes_of() is 0xFF (= -1) for an equal
+    // byte, so subtracting adds one. Two counters halve the carried dependency chain (compilers
+    // reassociate a single sum into four serial subtractions); together they still see at most
+    // one increment per register, so their sum fits a byte.
+    byte_batch counters_even(std::uint8_t{0});
+    byte_batch counters_odd(std::uint8_t{0});
+    std::size_t i = 0;
+    for (; i + stride <= len; i += stride) {
+        counters_even = counters_even -
+                        (lanes_of(load(a + i) == load(b + i)) +
+                         lanes_of(load(a + i + 2 * byte_lanes) == load(b + i + 2 * byte_lanes)));
+        counters_odd =
+            counters_odd - (lanes_of(load(a + i + byte_lanes) == load(b + i + byte_lanes)) +
+                            lanes_of(load(a + i + 3 * byte_lanes) == load(b + i + 3 * byte_lanes)));
+    }
+    for (; i < len; i += byte_lanes) {
+        counters_even = counters_even - lanes_of(load(a + i) == load(b + i));
+    }
+    const byte_batch counters = counters_even + counters_odd;
+    return static_cast<std::size_t>(sum_bytes(counters));
+}
+
+/// Counts the differing bytes in [0, n) and finds the first and last of them.
+[[nodiscard]] inline scalar::mismatches count_mismatches(const std::uint8_t* a,
+                                                         const std::uint8_t* b,
+                                                         std::size_t n) noexcept {
+    scalar::mismatches result;
+    const std::size_t body = n - n % byte_lanes;
+    std::size_t last_block = scalar::npos;  // the last block with a mismatch, to locate `last`
+    std::size_t last_block_size = 0;
+    for (std::size_t i = 0; i < body;) {
+        const std::size_t size = std::min(body - i, block_registers * byte_lanes);
+        const std::size_t differing = size - count_equal_in_block(a + i, b + i, size);
+        if (differing != 0) {
+            // Locating rescans at most one block at each end; equal data never pays for it.
+            if (result.count_ == 0) result.first_ = i + first_in_registers(a + i, b + i, size);
+            result.count_ += differing;
+            last_block = i;
+            last_block_size = size;
+        }
+        i += size;
+    }
+    const scalar::mismatches tail = scalar::count_mismatches(a + body, b + body, n - body);
+    if (tail.count_ != 0) {
+        if (result.count_ == 0) result.first_ = body + tail.first_;
+        result.count_ += tail.count_;
+        result.last_ = body + tail.last_;
+    } else if (last_block != scalar::npos) {
+        result.last_ =
+            last_block + last_in_registers(a + last_block, b + last_block, last_block_size);
+    }
+    return result;
+}
+
+}  // namespace nvmeio::detail::simd
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
+#include "pattern.hpp"
+
 namespace {
 
 struct settings {
@@ -29,77 +32,6 @@ struct settings {
     unsigned rounds = 3;
     bool keep = false;
 };
-
-void usage() {
-    std::cout
-        << "usage: nvmeio-demo [--file PATH] [--size-mib N] [--queue-depth N] [--block-kib N]\n"
-           "                   [--rounds N] [--keep]\n"
-           "Writes a generated file with O_DIRECT, reads it back cold with a buffered read()\n"
-           "loop and with nvmeio's sequential and overlapped strategies (interleaved, page\n"
-           "cache dropped before each read when run as root), validates every byte and prints\n"
-           "the perf table. Defaults: nvmeio-demo/demo.bin, 1024 MiB, qd 32, 1024 KiB blocks,\n"
-           "3 rounds; the file is removed at the end unless --keep.\n";
-}
-
-bool parse(int argc, char** argv, settings& s) {
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
-            return argv[++i];
-        };
-        if (arg == "--help" || arg == "-h") {
-            usage();
-            return false;
-        } else if (arg == "--file") {
-            s.path = value();
-        } else if (arg == "--size-mib") {
-            s.size_mib = std::stoul(value());
-        } else if (arg == "--queue-depth") {
-            s.queue_depth = static_cast<unsigned>(std::stoul(value()));
-        } else if (arg == "--block-kib") {
-            s.block_kib = std::stoul(value());
-        } else if (arg == "--rounds") {
-            s.rounds = static_cast<unsigned>(std::stoul(value()));
-        } else if (arg == "--keep") {
-            s.keep = true;
-        } else {
-            throw std::invalid_argument("unknown option " + arg + " (see --help)");
-        }
-    }
-    if (s.size_mib == 0 || s.rounds == 0)
-        throw std::invalid_argument("--size-mib and --rounds must be >= 1");
-    return true;
-}
-
-// The byte pattern: each 8-byte word is a hash of its file offset, so a misplaced block shows.
-std::uint64_t word_at(std::uint64_t offset) {
-    std::uint64_t x = offset + 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-void generate(std::byte* data, std::size_t n) {
-    for (std::size_t at = 0; at < n; at += 8) {
-        const std::uint64_t w = word_at(at);
-        std::memcpy(data + at, &w, std::min<std::size_t>(8, n - at));
-    }
-}
-
-// Offset of the first wrong byte, or n.
-std::size_t first_wrong(const std::byte* data, std::size_t n) {
-    for (std::size_t at = 0; at < n; at += 8) {
-        const std::uint64_t w = word_at(at);
-        const std::size_t k = std::min<std::size_t>(8, n - at);
-        if (std::memcmp(data + at, &w, k) != 0) {
-            for (std::size_t j = 0; j < k; ++j) {
-                if (data[at + j] != reinterpret_cast<const std::byte*>(&w)[j]) return at + j;
-            }
-        }
-    }
-    return n;
-}
 
 bool drop_page_cache() {
     ::sync();
@@ -146,7 +78,23 @@ std::string cpu_model() {
 
 int main(int argc, char** argv) try {
     settings s;
-    if (!parse(argc, argv, s)) return 0;
+    CLI::App app{
+        "Writes a generated file with O_DIRECT, reads it back cold with a buffered read() loop "
+        "and\n"
+        "with nvmeio's sequential and overlapped strategies (interleaved; the page cache is "
+        "dropped\n"
+        "before each read when run as root), validates every byte and prints the perf table."};
+    app.add_option("--file", s.path, "the file to write and read")->capture_default_str();
+    app.add_option("--size-mib", s.size_mib, "file size in MiB")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_option("--queue-depth", s.queue_depth, "requests in flight")->capture_default_str();
+    app.add_option("--block-kib", s.block_kib, "request size in KiB")->capture_default_str();
+    app.add_option("--rounds", s.rounds, "interleaved rounds")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_flag("--keep", s.keep, "keep the file afterwards");
+    CLI11_PARSE(app, argc, argv);
     const std::size_t size = s.size_mib << 20;
     const std::size_t block = s.block_kib << 10;
     const std::string dir = s.path.substr(0, s.path.find_last_of('/'));
@@ -165,7 +113,7 @@ int main(int argc, char** argv) try {
     nvmeio::aligned_buffer buffer(size, 4096, nvmeio::buffer_options{true, true, false});
     nvmeio::aio_context context({s.queue_depth, block});
 
-    generate(buffer.data(), size);
+    example::generate(buffer.data(), size);
     std::vector<nvmeio::perf_row> rows;
     {
         nvmeio::file out(s.path, nvmeio::open_mode::write, nvmeio::direct_io::on);
@@ -204,7 +152,7 @@ int main(int argc, char** argv) try {
             } else {
                 perf = buffered_read(s.path, buffer.data(), size);
             }
-            const std::size_t wrong = first_wrong(buffer.data(), size);
+            const std::size_t wrong = example::first_wrong(buffer.data(), size);
             if (perf.bytes != size || wrong != size) {
                 all_valid = false;
                 std::cout << "VALIDATION FAILED: " << m.label << " read " << perf.bytes

@@ -2,7 +2,9 @@
 #include <boost/test/unit_test.hpp>
 
 // The same cases as compare_test.cpp, compiled without xsimd.
+#ifndef NVMEIO_NO_XSIMD
 #define NVMEIO_NO_XSIMD
+#endif
 #include <nvmeio/compare.hpp>
 
 #include "compare_cases.hpp"

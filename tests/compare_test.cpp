@@ -8,9 +8,22 @@
 // The shared cases run here on the xsimd path for this build's default architecture.
 
 BOOST_AUTO_TEST_CASE(simd_path_is_enabled_when_xsimd_is_available) {
-#if __has_include(<xsimd/xsimd.hpp>)
+#if __has_include(<xsimd/xsimd.hpp>) && !defined(NVMEIO_NO_XSIMD)
     BOOST_TEST(nvmeio::simd_enabled);
 #else
     BOOST_TEST(!nvmeio::simd_enabled);
 #endif
 }
+
+#ifdef NVMEIO_TEST_WIDE_REGISTERS
+// Built with -mavx2: the SIMD kernels themselves run every case, with no memcmp pre-pass.
+BOOST_AUTO_TEST_CASE(wide_registers_use_the_simd_kernels_directly) {
+    BOOST_TEST(!nvmeio::detail::prefer_memcmp);
+}
+#else
+// Baseline builds (16-byte registers) let memcmp find equal stretches first.
+BOOST_AUTO_TEST_CASE(narrow_registers_let_memcmp_skip_equal_chunks) {
+    BOOST_TEST(nvmeio::detail::prefer_memcmp ==
+               (!nvmeio::simd_enabled || nvmeio::detail::simd::byte_lanes < 32));
+}
+#endif

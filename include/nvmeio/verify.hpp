@@ -1,0 +1,93 @@
+#pragma once
+/// \file verify.hpp
+/// Checks that bytes in memory are what a file holds, reading the file through ordinary buffered
+/// I/O (an independent path from the O_DIRECT one under test), a chunk at a time.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "nvmeio/compare.hpp"
+#include "nvmeio/error.hpp"
+#include "nvmeio/file.hpp"
+
+namespace nvmeio {
+
+/// What `verify_read` found.
+struct verify_result {
+    std::size_t requested = 0;   ///< Bytes asked to be checked.
+    std::size_t file_bytes = 0;  ///< Bytes the file holds in the range (less at end of file).
+    /// Differing bytes within the first `file_bytes`; offsets relative to the buffer's start.
+    mismatch_summary mismatches{0, no_mismatch, no_mismatch};
+
+    /// True when the file holds the whole range and every byte matches.
+    [[nodiscard]] bool equal() const noexcept {
+        return file_bytes == requested && mismatches.count == 0;
+    }
+};
+
+/// How much memory `verify_read` uses for its chunk by default.
+inline constexpr std::size_t default_verify_chunk = std::size_t{8} << 20;
+
+/// Compares `length` bytes of `buffer` with bytes `[offset, offset + length)` of the file at
+/// `path`, read with buffered I/O in chunks of `chunk_size` (the file is never loaded whole a
+/// second time). Reports failure to open or read through `failure`.
+inline verify_result verify_read(const std::string& path, const void* buffer, std::size_t length,
+                                 std::uint64_t offset, io_failure& failure,
+                                 std::size_t chunk_size = default_verify_chunk) {
+    failure = {};
+    verify_result result;
+    result.requested = length;
+    if (chunk_size == 0)
+        detail::throw_invalid("verify_read: chunk_size must be at least 1 (got 0)");
+    if (length != 0 && buffer == nullptr) detail::throw_invalid("verify_read: the buffer is null");
+    std::error_code ec;
+    file reference = file::open(path, open_mode::read, direct_io::off, ec);
+    if (ec) {
+        failure = {ec, "open (for verification)", path, 0, 0};
+        return result;
+    }
+    std::vector<unsigned char> chunk(std::min(chunk_size, std::max<std::size_t>(length, 1)));
+    const auto* expected = static_cast<const unsigned char*>(buffer);
+    std::size_t& done = result.file_bytes;
+    while (done < length) {
+        const std::size_t want = std::min(chunk.size(), length - done);
+        const std::size_t got = reference.read_at(chunk.data(), want, offset + done, failure);
+        if (failure) return result;
+        const mismatch_summary part = count_mismatches(expected + done, chunk.data(), got);
+        if (part.count != 0) {
+            mismatch_summary& all = result.mismatches;
+            if (all.count == 0) all.first = done + part.first;
+            all.last = done + part.last;
+            all.count += part.count;
+        }
+        done += got;
+        if (got < want) break;  // end of file
+    }
+    return result;
+}
+
+/// As above; throws io_error when the file cannot be opened or read.
+inline verify_result verify_read(const std::string& path, const void* buffer, std::size_t length,
+                                 std::uint64_t offset,
+                                 std::size_t chunk_size = default_verify_chunk) {
+    io_failure failure;
+    verify_result result = verify_read(path, buffer, length, offset, failure, chunk_size);
+    detail::throw_if(failure);
+    return result;
+}
+
+/// As above; reports failure through `ec`.
+inline verify_result verify_read(const std::string& path, const void* buffer, std::size_t length,
+                                 std::uint64_t offset, std::error_code& ec,
+                                 std::size_t chunk_size = default_verify_chunk) {
+    io_failure failure;
+    verify_result result = verify_read(path, buffer, length, offset, failure, chunk_size);
+    ec = failure.code;
+    return result;
+}
+
+}  // namespace nvmeio

@@ -5,6 +5,7 @@
 #include "nvmeio/aio_context.hpp"
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
+#include "nvmeio/backend/io_uring.hpp"
 #include "nvmeio/backend/libaio.hpp"
 #include "nvmeio/backend/request.hpp"
 #include "nvmeio/error.hpp"

@@ -105,6 +105,17 @@ inline int open_fd_count() {
     return n;
 }
 
+// Threads of this process (to check that workers are created once).
+inline int thread_count() {
+    int n = 0;
+    if (DIR* d = ::opendir("/proc/self/task")) {
+        while (dirent* e = ::readdir(d))
+            n += e->d_name[0] != '.';
+        ::closedir(d);
+    }
+    return n;
+}
+
 // True when `dir` accepts O_DIRECT opens (checked with a plain open, not nvmeio).
 inline bool accepts_o_direct(const std::string& dir) {
     const std::string probe = dir + "/.o_direct_probe." + std::to_string(::getpid());

@@ -4,8 +4,9 @@
 
 #include "nvmeio/aio_context.hpp"
 #include "nvmeio/aligned_allocator.hpp"
-#include "nvmeio/async.hpp"
 #include "nvmeio/alignment.hpp"
+#include "nvmeio/async.hpp"
+#include "nvmeio/batch.hpp"
 #include "nvmeio/backend/io_uring.hpp"
 #include "nvmeio/backend/libaio.hpp"
 #include "nvmeio/backend/request.hpp"

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -31,7 +32,7 @@ inline std::string scratch_dir() {
 class temp_path {
   public:
     explicit temp_path(const std::string& name, const std::string& dir = scratch_dir()) {
-        static unsigned counter = 0;
+        static std::atomic<unsigned> counter{0};  // tests may make paths on several threads
         path_ =
             dir + "/" + name + "." + std::to_string(::getpid()) + "." + std::to_string(counter++);
         ::unlink(path_.c_str());

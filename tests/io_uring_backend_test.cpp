@@ -1,6 +1,15 @@
 #define BOOST_TEST_MODULE io_uring_backend
 #include <boost/test/unit_test.hpp>
 
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstddef>
 #include <cstring>
 #include <nvmeio/aligned_allocator.hpp>
 #include <nvmeio/backend/io_uring.hpp>
@@ -32,6 +41,51 @@ BOOST_AUTO_TEST_CASE(support_probe_agrees_with_the_build) {
 
 BOOST_AUTO_TEST_CASE(zero_queue_depth_is_rejected) {
     BOOST_CHECK_THROW(io_uring_backend backend(0), std::invalid_argument);
+}
+
+namespace {
+
+// Makes io_uring_setup fail with EPERM in this process, as a container's seccomp profile does.
+bool refuse_io_uring_setup() {
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+    return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+           ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_kernel_refusing_io_uring_gives_a_clear_error_and_the_probe_says_no) {
+    // In a child process, so that the filter stays there.
+    const pid_t child = ::fork();
+    BOOST_TEST_REQUIRE(child >= 0);
+    if (child == 0) {
+        if (!refuse_io_uring_setup()) ::_exit(10);
+        std::error_code why;
+        if (io_uring_supported(why)) ::_exit(11);
+        if (why != std::error_code(EPERM, std::generic_category())) ::_exit(12);
+        try {
+            io_uring_backend backend(8);
+            ::_exit(13);
+        } catch (const io_error& e) {
+            const std::string what = e.what();
+            if (e.code() != std::error_code(EPERM, std::generic_category())) ::_exit(14);
+            if (what.find("refuses io_uring") == std::string::npos) ::_exit(15);
+            if (what.find("libaio_backend") == std::string::npos) ::_exit(16);
+        } catch (...) {
+            ::_exit(17);
+        }
+        ::_exit(0);
+    }
+    int status = 0;
+    BOOST_TEST_REQUIRE(::waitpid(child, &status, 0) == child);
+    BOOST_TEST_REQUIRE(WIFEXITED(status));
+    BOOST_TEST(WEXITSTATUS(status) == 0, "child check " << WEXITSTATUS(status) << " failed");
 }
 
 BOOST_AUTO_TEST_CASE(requests_complete_with_their_user_data_and_byte_counts) {

@@ -55,11 +55,10 @@ std::vector<std::vector<unsigned char>> blank_buffers(layout& l) {
 }
 
 template <class Context>
-void scattered_round_trip(Context& context, bool ragged) {
+void scattered_round_trip(Context& context, bool ragged, batch_options options = {}) {
     temp_path path("batch");
     layout l = make_layout(120, ragged ? 7 : 8, ragged);
-    batch_options options;
-    options.max_io_size = 1 << 20;
+    if (options.max_io_size == batch_options{}.max_io_size) options.max_io_size = 1 << 20;
     {
         file out(path.str(), open_mode::write);
         const batch_outcome w = write_batch(context, out, l.requests, options);
@@ -236,4 +235,81 @@ BOOST_AUTO_TEST_CASE(unaligned_offset_not_continuing_a_request_is_rejected_by_in
     BOOST_TEST(got.ios == 1u);
     BOOST_TEST(got.results[2].bytes == 100u);
     BOOST_TEST(b[99] == 'z');
+}
+
+BOOST_AUTO_TEST_CASE(bounced_bytes_beyond_the_arena_move_in_waves) {
+    aio_context context({8, block});
+    batch_options options;
+    options.max_io_size = 128 * 1024;
+    options.bounce_size = 256 * 1024;  // several waves for the ~5 MiB of the layout
+    for (bool ragged : {false, true}) {
+        BOOST_TEST_CONTEXT("ragged=" << ragged) {
+            scattered_round_trip(context, ragged, options);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(aligned_scattered_buffers_go_member_by_member_without_copies,
+                              TestType, backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
+    temp_path path("batch_members");
+    std::vector<aligned_buffer> buffers;
+    std::vector<batch_request> requests;
+    std::vector<unsigned char> expected;
+    std::uint64_t offset = 0;
+    for (std::size_t i = 0; i < 24; ++i) {
+        const std::size_t length = (1 + i % 4) * 16 * 1024;
+        buffers.emplace_back(length);
+        nvmeio_test::fill_pattern(buffers.back().data(), length, 500 + i);
+        const auto* bytes = reinterpret_cast<const unsigned char*>(buffers.back().data());
+        expected.insert(expected.end(), bytes, bytes + length);
+        requests.push_back({buffers.back().data(), length, offset});
+        offset += length;
+    }
+    std::reverse(requests.begin(), requests.end());
+    basic_aio_context<TestType> context({4, block});
+    batch_options options;
+    options.min_direct_size = 4096;
+    {
+        file out(path.str(), open_mode::write);
+        const batch_outcome w = write_batch(context, out, requests, options);
+        BOOST_TEST(w.bounced_bytes == 0u);
+    }
+    BOOST_TEST((nvmeio_test::slurp(path.str()) == expected));
+    for (aligned_buffer& b : buffers)
+        std::memset(b.data(), 0, b.size());
+    file in(path.str(), open_mode::read);
+    const batch_outcome got = read_batch(context, in, requests, options);
+    BOOST_TEST(got.bounced_bytes == 0u);
+    std::vector<unsigned char> back;
+    for (auto it = requests.rbegin(); it != requests.rend(); ++it) {
+        const auto* bytes = static_cast<const unsigned char*>(it->buffer);
+        back.insert(back.end(), bytes, bytes + it->length);
+    }
+    BOOST_TEST((back == expected));
+}
+
+BOOST_AUTO_TEST_CASE(member_by_member_failure_fails_that_member_only) {
+    temp_path path("batch_member_fault");
+    const std::size_t count = 8;
+    nvmeio_test::spew(path.str(), nvmeio_test::pattern(count * block, 15).data(), count * block);
+    std::vector<aligned_buffer> buffers;
+    std::vector<batch_request> requests;
+    for (std::size_t i = 0; i < count; ++i) {
+        buffers.emplace_back(block);
+        requests.push_back({buffers.back().data(), block, i * block});
+    }
+    basic_aio_context<nvmeio_test::fault_backend> context({4, 16 * 1024});
+    batch_options options;
+    options.min_direct_size = 4096;
+    file in(path.str(), open_mode::read);
+    nvmeio_test::fault_backend::fail_offset = 3 * block + 20000;
+    const batch_outcome got = transfer_batch(context, in, operation::read, requests, options);
+    nvmeio_test::fault_backend::fail_offset = ~std::uint64_t{0};
+    for (std::size_t i = 0; i < count; ++i) {
+        BOOST_TEST(static_cast<bool>(got.results[i].failure) == (i == 3), "request " << i);
+        BOOST_TEST(got.results[i].bytes == (i == 3 ? 0u : block), "request " << i);
+    }
+    BOOST_TEST(got.results[3].failure.offset == 3 * block + 16 * 1024);
+    BOOST_TEST(got.bounced_bytes == 0u);
 }

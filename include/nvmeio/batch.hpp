@@ -3,11 +3,16 @@
 /// Batched (vectored) transfers: many `(buffer, length, offset)` requests on one file, e.g. every
 /// tensor of a model or every block of a KV cache, moved as one batch.
 ///
-/// Requests whose file ranges are adjacent are coalesced into one large I/O of at most
-/// `batch_options::max_io_size` bytes. When their buffers are adjacent in memory too (tensors in
-/// one flat arena) the I/O goes straight between the caller's memory and the file; otherwise it
-/// goes through an aligned bounce arena (one memcpy per request), which also means the caller's
-/// buffers need no alignment. Each request gets its own result.
+/// Requests are sorted by file offset and runs of adjacent ones form groups of at most
+/// `batch_options::max_io_size` bytes. A group goes
+///  - straight between the caller's memory and the file when its buffers are adjacent in memory
+///    too (tensors in one flat arena): one large I/O, no copy;
+///  - member by member, still without a copy, when every buffer and offset is aligned and the
+///    members average at least `min_direct_size` bytes;
+///  - otherwise through an aligned bounce arena (one memcpy per request): one large I/O, and the
+///    caller's buffers need no alignment.
+/// Every I/O of the batch, of every group, shares one queue, which stays full across group
+/// boundaries (detail/segment_engine.hpp). Each request gets its own result.
 ///
 /// O_DIRECT rules: a request that does not continue the previous one in the file (in offset
 /// order) must start at a multiple of `file.alignment().offset` (std::invalid_argument otherwise,
@@ -27,6 +32,7 @@
 #include "nvmeio/aio_context.hpp"
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
+#include "nvmeio/detail/segment_engine.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/parallel.hpp"
@@ -51,9 +57,15 @@ struct batch_result {
 
 /// How a batch is coalesced and moved.
 struct batch_options {
-    /// Largest coalesced I/O in bytes (>= 1); also the bounce arena's size. A run of requests
-    /// that cannot be cut at an aligned offset may exceed it.
+    /// Largest coalesced I/O in bytes (>= 1). A run of requests that cannot be cut at an aligned
+    /// offset may exceed it.
     std::size_t max_io_size = std::size_t{8} << 20;
+    /// Aligned requests averaging at least this many bytes go member by member without a copy;
+    /// smaller ones are coalesced through the bounce arena.
+    std::size_t min_direct_size = std::size_t{256} << 10;
+    /// Bytes of bounce arena in flight at once (rounded up to hold the largest bounced group);
+    /// more bounced bytes than this are moved in successive waves.
+    std::size_t bounce_size = std::size_t{64} << 20;
     /// Strategy and submit mode of each coalesced I/O (`measure` is ignored).
     transfer_config config{};
 };
@@ -61,8 +73,8 @@ struct batch_options {
 /// What a batch did.
 struct batch_outcome {
     std::vector<batch_result> results;  ///< One per request, in the caller's order.
-    std::size_t ios = 0;                ///< Coalesced I/Os issued.
-    std::size_t bounced_bytes = 0;      ///< Bytes that went through the bounce arena.
+    std::size_t ios = 0;            ///< I/Os issued after coalescing (each then split in blocks).
+    std::size_t bounced_bytes = 0;  ///< Bytes that went through the bounce arena.
 
     /// Index of the first request (in the caller's order) that failed, or `results.size()`.
     [[nodiscard]] std::size_t first_failure() const noexcept {
@@ -87,6 +99,7 @@ inline std::vector<batch_group> plan_batch(const file& f, operation op,
                                            const std::vector<batch_request>& requests,
                                            const batch_options& options) {
     if (options.max_io_size == 0) throw_invalid("batch max_io_size must be at least 1 (got 0)");
+    if (options.bounce_size == 0) throw_invalid("batch bounce_size must be at least 1 (got 0)");
     if (!f.is_open()) throw_invalid("batch on '" + f.path() + "': the file is not open");
     if (op == operation::write && f.mode() == open_mode::read) {
         throw_invalid("write batch on '" + f.path() +
@@ -141,44 +154,115 @@ inline std::vector<batch_group> plan_batch(const file& f, operation op,
     return groups;
 }
 
-// Moves one group through `context`, using `arena` when the group cannot go straight.
-template <class Backend>
-void run_group(basic_aio_context<Backend>& context, file& f, operation op,
-               const std::vector<batch_request>& requests, const batch_group& g,
-               const batch_options& options, aligned_buffer& arena, batch_outcome& outcome) {
-    void* first = requests[g.members.front()].buffer;
+enum class group_path { whole, members, bounce };
+
+inline group_path choose_path(const file& f, const std::vector<batch_request>& requests,
+                              const batch_group& g, const batch_options& options) {
     const std::size_t memory_unit = f.is_direct() ? f.alignment().memory : 1;
-    const bool direct = g.contiguous_memory && is_aligned(first, memory_unit);
-    if (!direct && arena.capacity() < g.length) {
-        arena = aligned_buffer(std::max(g.length, options.max_io_size),
-                               std::max<std::size_t>(memory_unit, 4096));
+    const std::size_t unit = f.required_alignment();
+    if (g.contiguous_memory && is_aligned(requests[g.members.front()].buffer, memory_unit)) {
+        return group_path::whole;
     }
-    std::byte* data = direct ? static_cast<std::byte*>(first) : arena.data();
-    if (!direct && op == operation::write) {
-        std::size_t at = 0;
-        for (std::size_t index : g.members) {
-            std::memcpy(data + at, requests[index].buffer, requests[index].length);
-            at += requests[index].length;
+    if (g.length / g.members.size() < options.min_direct_size) return group_path::bounce;
+    for (std::size_t index : g.members) {
+        if (!is_aligned(requests[index].buffer, memory_unit) ||
+            !is_aligned(requests[index].offset, unit)) {
+            return group_path::bounce;
         }
     }
-    io_failure failure;
-    const transfer_result moved =
-        transfer(context, f, op, data, g.length, g.offset, options.config, failure);
-    ++outcome.ios;
-    if (!direct) outcome.bounced_bytes += g.length;
-    std::size_t at = 0;
-    for (std::size_t index : g.members) {
-        batch_result& result = outcome.results[index];
-        const std::size_t length = requests[index].length;
-        if (failure) {
-            result.failure = failure;
-        } else {
-            result.bytes = moved.bytes > at ? std::min(length, moved.bytes - at) : 0;
-            if (!direct && op == operation::read && result.bytes != 0) {
-                std::memcpy(requests[index].buffer, data + at, result.bytes);
+    return group_path::members;
+}
+
+// Moves the groups `which` (in that order) through `context`, in waves that each keep the
+// queue full; results go to `outcome`.
+template <class Backend>
+void run_groups(basic_aio_context<Backend>& context, file& f, operation op,
+                const std::vector<batch_request>& requests, const std::vector<batch_group>& groups,
+                const std::vector<std::size_t>& which, const batch_options& options,
+                batch_outcome& outcome) {
+    struct owner {
+        std::size_t group;
+        std::size_t member;  // index of the request for group_path::members, else unused
+        group_path path;
+        std::size_t arena_at;
+    };
+    const std::size_t memory_unit = f.is_direct() ? f.alignment().memory : 1;
+    aligned_buffer arena;
+    std::size_t k = 0;
+    while (k < which.size()) {
+        std::vector<segment> segments;
+        std::vector<owner> owners;
+        std::size_t arena_used = 0;
+        for (; k < which.size(); ++k) {
+            const batch_group& g = groups[which[k]];
+            const group_path path = choose_path(f, requests, g, options);
+            if (path == group_path::bounce) {
+                if (arena_used != 0 && arena_used + g.length > options.bounce_size) break;
+                if (arena.capacity() < arena_used + g.length) {
+                    if (arena_used != 0) break;  // the arena grows between waves only
+                    arena = aligned_buffer(std::max(g.length, options.bounce_size),
+                                           std::max<std::size_t>(memory_unit, 4096));
+                }
+                std::byte* data = arena.data() + arena_used;
+                if (op == operation::write) {
+                    std::size_t at = 0;
+                    for (std::size_t index : g.members) {
+                        std::memcpy(data + at, requests[index].buffer, requests[index].length);
+                        at += requests[index].length;
+                    }
+                }
+                segments.push_back({data, g.offset, g.length, 0, {}});
+                owners.push_back({which[k], 0, path, arena_used});
+                // Later bounced groups start aligned in the arena, as O_DIRECT needs.
+                arena_used += static_cast<std::size_t>(
+                    align_up(g.length, std::max<std::size_t>(memory_unit, 4096)));
+                outcome.bounced_bytes += g.length;
+            } else if (path == group_path::whole) {
+                segments.push_back({static_cast<std::byte*>(requests[g.members.front()].buffer),
+                                    g.offset,
+                                    g.length,
+                                    0,
+                                    {}});
+                owners.push_back({which[k], 0, path, 0});
+            } else {
+                for (std::size_t index : g.members) {
+                    segments.push_back({static_cast<std::byte*>(requests[index].buffer),
+                                        requests[index].offset,
+                                        requests[index].length,
+                                        0,
+                                        {}});
+                    owners.push_back({which[k], index, path, 0});
+                }
+            }
+            ++outcome.ios;
+        }
+        segment_engine<Backend> engine(context.backend(), context.queue_depth(),
+                                       context.block_size(), f, op, segments);
+        engine.run();
+        for (std::size_t i = 0; i < segments.size(); ++i) {
+            const owner& o = owners[i];
+            const segment& done = segments[i];
+            if (o.path == group_path::members) {
+                outcome.results[o.member].bytes = done.bytes;
+                outcome.results[o.member].failure = done.failure;
+                continue;
+            }
+            std::size_t at = 0;
+            for (std::size_t index : groups[o.group].members) {
+                batch_result& result = outcome.results[index];
+                const std::size_t length = requests[index].length;
+                if (done.failure) {
+                    result.failure = done.failure;
+                } else {
+                    result.bytes = done.bytes > at ? std::min(length, done.bytes - at) : 0;
+                    if (o.path == group_path::bounce && op == operation::read &&
+                        result.bytes != 0) {
+                        std::memcpy(requests[index].buffer, done.memory + at, result.bytes);
+                    }
+                }
+                at += length;
             }
         }
-        at += length;
     }
 }
 
@@ -198,9 +282,9 @@ batch_outcome transfer_batch(basic_aio_context<Backend>& context, file& f, opera
     const std::vector<detail::batch_group> groups = detail::plan_batch(f, op, requests, options);
     batch_outcome outcome;
     outcome.results.resize(requests.size());
-    aligned_buffer arena;
-    for (const detail::batch_group& g : groups)
-        detail::run_group(context, f, op, requests, g, options, arena, outcome);
+    std::vector<std::size_t> all(groups.size());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    detail::run_groups(context, f, op, requests, groups, all, options, outcome);
     return outcome;
 }
 
@@ -240,18 +324,14 @@ batch_outcome transfer_batch(basic_parallel_context<Backend>& context, file& f, 
     for (batch_outcome& p : partial)
         p.results.resize(requests.size());
     context.run(cuts.size() - 1, [&](std::size_t part, basic_aio_context<Backend>& worker) {
-        aligned_buffer arena;
-        for (std::size_t i = cuts[part]; i < cuts[part + 1]; ++i) {
-            detail::run_group(worker, f, op, requests, groups[spread[i]], options, arena,
-                              partial[part]);
-        }
+        const std::vector<std::size_t> mine(
+            spread.begin() + static_cast<std::ptrdiff_t>(cuts[part]),
+            spread.begin() + static_cast<std::ptrdiff_t>(cuts[part + 1]));
+        detail::run_groups(worker, f, op, requests, groups, mine, options, partial[part]);
     });
     if (!ragged.empty()) {
         context.run(1, [&](std::size_t, basic_aio_context<Backend>& worker) {
-            aligned_buffer arena;
-            for (std::size_t i : ragged)
-                detail::run_group(worker, f, op, requests, groups[i], options, arena,
-                                  partial.back());
+            detail::run_groups(worker, f, op, requests, groups, ragged, options, partial.back());
         });
     }
     batch_outcome outcome;

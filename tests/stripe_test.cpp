@@ -60,9 +60,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(striped_round_trip_is_exact_and_lays_out_each_file
             BOOST_TEST_CONTEXT("width=" << width << " size=" << size) {
                 scratch_files scratch(width);
                 const auto expected = nvmeio_test::pattern(size, width * 100 + size);
-                batch_options zero_copy;
-                zero_copy.max_io_size = unit;
-                for (const batch_options& options : {batch_options{}, zero_copy}) {
+                batch_options one_unit_ios;
+                one_unit_ios.max_io_size = unit;
+                for (const batch_options& options : {batch_options{}, one_unit_ios}) {
                     {
                         stripe_set out(scratch.names, open_mode::write, unit);
                         BOOST_TEST(write(context, out, expected.data(), size, 0, options).bytes ==
@@ -141,4 +141,30 @@ BOOST_AUTO_TEST_CASE(bad_stripe_settings_are_rejected) {
     parallel_context context(options_for(2));
     std::vector<unsigned char> buffer(unit);
     BOOST_CHECK_THROW((void)write(context, set, buffer.data(), unit, 100), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(aligned_buffers_round_trip_on_the_zero_copy_path) {
+    parallel_context context(options_for(3));
+    scratch_files scratch(3);
+    const std::size_t size = 9 * unit + 4096 + 5;
+    const auto expected = nvmeio_test::pattern(size, 77);
+    aligned_buffer source(size);
+    std::memcpy(source.data(), expected.data(), size);
+    {
+        stripe_set out(scratch.names, open_mode::write, unit);
+        BOOST_TEST(write(context, out, source.data(), size, 0).bytes == size);
+    }
+    for (std::size_t d = 0; d < 3; ++d) {
+        const auto bytes = nvmeio_test::slurp(scratch.names[d]);
+        std::size_t mismatches = 0;
+        for (std::size_t at = 0; at < bytes.size(); ++at) {
+            const std::size_t logical = (at / unit * 3 + d) * unit + at % unit;
+            mismatches += logical >= size || bytes[at] != expected[logical];
+        }
+        BOOST_TEST(mismatches == 0u, "file " << d);
+    }
+    aligned_buffer target(size);
+    stripe_set in(scratch.names, open_mode::read, unit);
+    BOOST_TEST(read(context, in, target.data(), size, 0).bytes == size);
+    BOOST_TEST(std::memcmp(target.data(), expected.data(), size) == 0);
 }

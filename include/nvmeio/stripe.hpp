@@ -5,9 +5,10 @@
 ///
 /// Logical byte `x` lives in file `(x / unit) % D` at offset `(x / unit / D) * unit + x % unit`.
 /// Each file's share of a transfer is one batch (batch.hpp) run by its own worker, so the D
-/// devices work at the same time; stripe units that follow each other in a file are coalesced
-/// into I/Os of up to `batch_options::max_io_size` bytes through a bounce arena, or go straight
-/// to the caller's memory when `max_io_size` is the stripe unit.
+/// devices work at the same time and each keeps its queue full. With an aligned buffer the
+/// stripe units go straight between the caller's memory and the files (when the unit is at
+/// least `batch_options::min_direct_size`); otherwise units that follow each other in a file are
+/// coalesced through a bounce arena.
 ///
 /// O_DIRECT rules: the stripe unit must be a multiple of every file's alignment (checked when
 /// the set is made) and the logical offset a multiple of the strictest one; the buffer and the

@@ -67,7 +67,8 @@ class basic_parallel_context {
 
     /// Runs `job(index, context)` for every index in [0, count) on the workers (each call on one
     /// worker's context) and returns when all have finished. The first exception a job throws is
-    /// rethrown here after the others have finished.
+    /// rethrown here after the others have finished. Must not be called from inside a job (the
+    /// job's worker would wait for itself).
     template <class Job>
     void run(std::size_t count, Job&& job) {
         if (count == 0) return;

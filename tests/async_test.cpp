@@ -6,6 +6,7 @@
 #include <memory>
 #include <nvmeio/async.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend_support.hpp"
@@ -178,4 +179,33 @@ BOOST_AUTO_TEST_CASE(an_empty_handle_is_ready_and_moves) {
     transfer_handle second = std::move(first);
     BOOST_TEST(!first.valid());
     BOOST_TEST(second.wait().bytes == block);
+}
+
+BOOST_AUTO_TEST_CASE(several_threads_submit_to_one_context) {
+    temp_path path("async_threads");
+    const std::size_t size = 4 * block;
+    const auto expected = nvmeio_test::pattern(size, 17);
+    nvmeio_test::spew(path.str(), expected.data(), size);
+    file in(path.str(), open_mode::read);
+    async_context context(options_for(2));
+    std::vector<int> good(4, 0);
+    std::vector<std::thread> submitters;
+    for (int t = 0; t < 4; ++t) {
+        submitters.emplace_back([&, t] {
+            std::vector<aligned_buffer> targets;
+            std::vector<transfer_handle> handles;
+            for (int i = 0; i < 5; ++i) {
+                targets.emplace_back(size);
+                handles.push_back(async_read(context, in, targets.back().data(), size, 0));
+            }
+            for (int i = 0; i < 5; ++i) {
+                good[t] += handles[i].wait().bytes == size &&
+                           std::memcmp(targets[i].data(), expected.data(), size) == 0;
+            }
+        });
+    }
+    for (std::thread& s : submitters)
+        s.join();
+    for (int t = 0; t < 4; ++t)
+        BOOST_TEST(good[t] == 5, "thread " << t);
 }

@@ -175,8 +175,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(buffered_handle_accepts_unaligned_buffer_and_offse
     temp_path path("buffered");
     const auto bytes = nvmeio_test::pattern(3 * block + 5, 3);
     nvmeio_test::spew(path.str(), bytes.data(), bytes.size());
-    basic_aio_context<TestType> context(
-        {8, 1000});  // not even a power of two: fine without O_DIRECT
+    // A block size that is not even a power of two: fine without O_DIRECT.
+    basic_aio_context<TestType> context({8, 1000});
     file in(path.str(), open_mode::read, direct_io::off);
     BOOST_TEST(!in.is_direct());
     std::vector<unsigned char> target(bytes.size());

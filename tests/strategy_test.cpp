@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "backend_support.hpp"
 #include "test_support.hpp"
 
 namespace bdata = boost::unit_test::data;
 using namespace nvmeio;
+using nvmeio_test::backend_types;
 using nvmeio_test::temp_path;
 
 namespace {
@@ -38,11 +40,12 @@ std::string describe(const transfer_config& c, unsigned depth, std::size_t size)
 
 // Writes `size` bytes with `config`, checks the file with plain POSIX reads, reads it back with
 // `config` into a buffer whose bytes past `size` are a sentinel, and checks every byte.
+template <class Backend>
 void round_trip(std::size_t size, unsigned depth, std::size_t block_size,
                 const transfer_config& config) {
-    BOOST_TEST_CONTEXT(describe(config, depth, size)) {
+    BOOST_TEST_CONTEXT(Backend::name << " " << describe(config, depth, size)) {
         temp_path path("round_trip");
-        aio_context context({depth, block_size});
+        basic_aio_context<Backend> context({depth, block_size});
         const std::vector<unsigned char> expected = nvmeio_test::pattern(size, size * 31 + depth);
         aligned_buffer source(size);
         if (size != 0) std::memcpy(source.data(), expected.data(), size);
@@ -75,22 +78,35 @@ void round_trip(std::size_t size, unsigned depth, std::size_t block_size,
 
 BOOST_DATA_TEST_CASE(round_trip_is_byte_exact_for_every_strategy_and_submit_mode,
                      bdata::make(sizes) * bdata::make(depths), size, depth) {
-    for (const transfer_config& c : every_config())
-        round_trip(size, depth, block, c);
+    nvmeio_test::for_each_backend([&](auto tag) {
+        using backend = typename decltype(tag)::type;
+        if (!nvmeio_test::backend_usable<backend>()) return;
+        for (const transfer_config& c : every_config())
+            round_trip<backend>(size, depth, block, c);
+    });
 }
 
 BOOST_DATA_TEST_CASE(round_trip_of_64_mib_with_1_mib_blocks_is_byte_exact, bdata::make(depths),
                      depth) {
-    for (const transfer_config& c : every_config())
-        round_trip(64u << 20, depth, 1u << 20, c);
+    nvmeio_test::for_each_backend([&](auto tag) {
+        using backend = typename decltype(tag)::type;
+        if (!nvmeio_test::backend_usable<backend>()) return;
+        // The second backend runs the deepest queue only (the small-size test covers every
+        // depth), to keep the suite quick.
+        if (!std::is_same_v<backend, libaio_backend> && depth != 64) return;
+        for (const transfer_config& c : every_config())
+            round_trip<backend>(64u << 20, depth, 1u << 20, c);
+    });
 }
 
-BOOST_AUTO_TEST_CASE(read_past_end_of_file_reports_the_bytes_that_exist) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(read_past_end_of_file_reports_the_bytes_that_exist, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("short_file");
     const std::size_t size = 3 * block + 777;
     const auto bytes = nvmeio_test::pattern(size, 5);
     nvmeio_test::spew(path.str(), bytes.data(), size);
-    aio_context context({8, block});
+    basic_aio_context<TestType> context({8, block});
     file in(path.str(), open_mode::read);
     for (const transfer_config& c : every_config()) {
         BOOST_TEST_CONTEXT(describe(c, 8, size)) {
@@ -105,22 +121,26 @@ BOOST_AUTO_TEST_CASE(read_past_end_of_file_reports_the_bytes_that_exist) {
     }
 }
 
-BOOST_AUTO_TEST_CASE(read_starting_past_end_of_file_moves_nothing) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(read_starting_past_end_of_file_moves_nothing, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("tiny_file");
     nvmeio_test::spew(path.str(), "abc", 3);
-    aio_context context({4, block});
+    basic_aio_context<TestType> context({4, block});
     file in(path.str(), open_mode::read);
     aligned_buffer target(block);
     BOOST_TEST(read(context, in, target.data(), block, 4 * block).bytes == 0u);
     BOOST_TEST(read(context, in, target.data(), 100, 4096).bytes == 0u);
 }
 
-BOOST_AUTO_TEST_CASE(write_at_an_offset_keeps_the_bytes_around_it) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(write_at_an_offset_keeps_the_bytes_around_it, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("patch");
     const std::size_t size = 4 * block;
     auto bytes = nvmeio_test::pattern(size, 9);
     nvmeio_test::spew(path.str(), bytes.data(), size);
-    aio_context context({4, block});
+    basic_aio_context<TestType> context({4, block});
     file f(path.str(), open_mode::read_write);
     const std::size_t patch_length = block + 100;  // aligned start, unaligned end
     aligned_buffer patch(patch_length);
@@ -131,10 +151,11 @@ BOOST_AUTO_TEST_CASE(write_at_an_offset_keeps_the_bytes_around_it) {
     BOOST_TEST((nvmeio_test::slurp(path.str()) == bytes));
 }
 
-BOOST_AUTO_TEST_CASE(offsets_beyond_4_gib_use_64_bit_arithmetic) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(offsets_beyond_4_gib_use_64_bit_arithmetic, TestType, backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("sparse_far");
     const std::uint64_t far = (std::uint64_t{5} << 30) + 4096;  // a sparse file: no disk used
-    aio_context context({4, block});
+    basic_aio_context<TestType> context({4, block});
     aligned_buffer source(2 * block + 3);
     nvmeio_test::fill_pattern(source.data(), source.size(), 11);
     {
@@ -148,11 +169,14 @@ BOOST_AUTO_TEST_CASE(offsets_beyond_4_gib_use_64_bit_arithmetic) {
     BOOST_TEST(std::memcmp(target.data(), source.data(), source.size()) == 0);
 }
 
-BOOST_AUTO_TEST_CASE(buffered_handle_accepts_unaligned_buffer_and_offset) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(buffered_handle_accepts_unaligned_buffer_and_offset, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("buffered");
     const auto bytes = nvmeio_test::pattern(3 * block + 5, 3);
     nvmeio_test::spew(path.str(), bytes.data(), bytes.size());
-    aio_context context({8, 1000});  // not even a power of two: fine without O_DIRECT
+    // A block size that is not even a power of two: fine without O_DIRECT.
+    basic_aio_context<TestType> context({8, 1000});
     file in(path.str(), open_mode::read, direct_io::off);
     BOOST_TEST(!in.is_direct());
     std::vector<unsigned char> target(bytes.size());
@@ -163,10 +187,12 @@ BOOST_AUTO_TEST_CASE(buffered_handle_accepts_unaligned_buffer_and_offset) {
     BOOST_TEST(std::memcmp(target.data() + 1, bytes.data() + offset, got.bytes) == 0);
 }
 
-BOOST_AUTO_TEST_CASE(unaligned_buffer_on_direct_handle_is_rejected_with_the_rule) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(unaligned_buffer_on_direct_handle_is_rejected_with_the_rule, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("unaligned_buffer");
     nvmeio_test::spew(path.str(), std::string(3 * block, 'x').data(), 3 * block);
-    aio_context context({4, block});
+    basic_aio_context<TestType> context({4, block});
     file in(path.str(), open_mode::read);
     aligned_buffer target(block + 4096);
     try {
@@ -180,10 +206,12 @@ BOOST_AUTO_TEST_CASE(unaligned_buffer_on_direct_handle_is_rejected_with_the_rule
     }
 }
 
-BOOST_AUTO_TEST_CASE(unaligned_offset_on_direct_handle_is_rejected_with_the_rule) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(unaligned_offset_on_direct_handle_is_rejected_with_the_rule, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("unaligned_offset");
     nvmeio_test::spew(path.str(), std::string(3 * block, 'x').data(), 3 * block);
-    aio_context context({4, block});
+    basic_aio_context<TestType> context({4, block});
     file in(path.str(), open_mode::read);
     aligned_buffer target(block);
     try {
@@ -197,10 +225,12 @@ BOOST_AUTO_TEST_CASE(unaligned_offset_on_direct_handle_is_rejected_with_the_rule
     }
 }
 
-BOOST_AUTO_TEST_CASE(block_size_off_the_file_alignment_is_rejected_with_both_values) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(block_size_off_the_file_alignment_is_rejected_with_both_values,
+                              TestType, backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("odd_block");
     nvmeio_test::spew(path.str(), std::string(block, 'x').data(), block);
-    aio_context context({4, 1000});
+    basic_aio_context<TestType> context({4, 1000});
     file in(path.str(), open_mode::read);
     aligned_buffer target(block);
     try {
@@ -213,28 +243,32 @@ BOOST_AUTO_TEST_CASE(block_size_off_the_file_alignment_is_rejected_with_both_val
     }
 }
 
-BOOST_AUTO_TEST_CASE(write_to_a_read_only_handle_is_rejected) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(write_to_a_read_only_handle_is_rejected, TestType, backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("read_only");
     nvmeio_test::spew(path.str(), "abcd", 4);
-    aio_context context({4, block});
+    basic_aio_context<TestType> context({4, block});
     file in(path.str(), open_mode::read);
     aligned_buffer source(4096);
     BOOST_CHECK_THROW(write(context, in, source.data(), 4096, 0), std::invalid_argument);
     BOOST_TEST(nvmeio_test::slurp(path.str()).size() == 4u);
 }
 
-BOOST_AUTO_TEST_CASE(null_buffer_is_rejected) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(null_buffer_is_rejected, TestType, backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("null");
     nvmeio_test::spew(path.str(), "abcd", 4);
-    aio_context context({4, block});
+    basic_aio_context<TestType> context({4, block});
     file in(path.str(), open_mode::read);
     BOOST_CHECK_THROW((void)read(context, in, nullptr, 4096, 0), std::invalid_argument);
 }
 
-BOOST_AUTO_TEST_CASE(error_code_overload_reports_failure_without_throwing) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(error_code_overload_reports_failure_without_throwing, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("ec");
     nvmeio_test::spew(path.str(), "abcd", 4);
-    aio_context context({4, block});
+    basic_aio_context<TestType> context({4, block});
     file in(path.str(), open_mode::read);
     aligned_buffer target(4096);
     std::error_code ec = std::make_error_code(std::errc::io_error);
@@ -243,12 +277,14 @@ BOOST_AUTO_TEST_CASE(error_code_overload_reports_failure_without_throwing) {
     BOOST_TEST(got.bytes == 4u);
 }
 
-BOOST_AUTO_TEST_CASE(measuring_fills_perf_and_not_measuring_leaves_it_empty) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(measuring_fills_perf_and_not_measuring_leaves_it_empty, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("perf");
     const std::size_t size = 16 * block;
     const auto bytes = nvmeio_test::pattern(size, 1);
     nvmeio_test::spew(path.str(), bytes.data(), size);
-    aio_context context({4, block});
+    basic_aio_context<TestType> context({4, block});
     file in(path.str(), open_mode::read);
     aligned_buffer target(size);
     for (const transfer_config& c : every_config()) {
@@ -276,11 +312,13 @@ BOOST_AUTO_TEST_CASE(measuring_fills_perf_and_not_measuring_leaves_it_empty) {
     }
 }
 
-BOOST_AUTO_TEST_CASE(sequential_block_submit_uses_one_call_per_batch) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(sequential_block_submit_uses_one_call_per_batch, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
     temp_path path("batches");
     const std::size_t size = 16 * block;
     nvmeio_test::spew(path.str(), nvmeio_test::pattern(size, 2).data(), size);
-    aio_context context({4, block});
+    basic_aio_context<TestType> context({4, block});
     file in(path.str(), open_mode::read);
     aligned_buffer target(size);
     const transfer_result got = transfer(context, in, operation::read, target.data(), size, 0,

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -31,7 +32,7 @@ inline std::string scratch_dir() {
 class temp_path {
   public:
     explicit temp_path(const std::string& name, const std::string& dir = scratch_dir()) {
-        static unsigned counter = 0;
+        static std::atomic<unsigned> counter{0};  // tests may make paths on several threads
         path_ =
             dir + "/" + name + "." + std::to_string(::getpid()) + "." + std::to_string(counter++);
         ::unlink(path_.c_str());
@@ -100,6 +101,17 @@ inline int open_fd_count() {
     if (DIR* d = ::opendir("/proc/self/fd")) {
         while (::readdir(d) != nullptr)
             ++n;
+        ::closedir(d);
+    }
+    return n;
+}
+
+// Threads of this process (to check that workers are created once).
+inline int thread_count() {
+    int n = 0;
+    if (DIR* d = ::opendir("/proc/self/task")) {
+        while (dirent* e = ::readdir(d))
+            n += e->d_name[0] != '.';
         ::closedir(d);
     }
     return n;

@@ -1,0 +1,224 @@
+#pragma once
+/// \file async.hpp
+/// Asynchronous transfers: `submit` now, `wait` (or poll) later, several outstanding at once
+/// (DeepSpeed's `async_pread` / `wait`, KvikIO's futures).
+///
+/// A `basic_async_context` owns worker threads, each with its own aio context; a submitted
+/// transfer runs whole on one worker, so up to `threads()` run at the same time and the rest
+/// queue in submission order. Preconditions (strategy.hpp's O_DIRECT rules) are checked by
+/// `submit`, which throws std::invalid_argument; I/O failures surface at `wait` as the same
+/// `io_error` a synchronous transfer throws.
+///
+/// Lifetimes: the file and the buffer must outlive the transfer (until `wait` returns or the
+/// handle is destroyed). Destroying a handle waits for its transfer; destroying the context waits
+/// for every transfer still queued or running (call `cancel_pending()` first to drop those not
+/// started: their handles then report `std::errc::operation_canceled`).
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "nvmeio/aio_context.hpp"
+#include "nvmeio/detail/worker_pool.hpp"
+#include "nvmeio/error.hpp"
+#include "nvmeio/file.hpp"
+#include "nvmeio/strategy.hpp"
+
+namespace nvmeio {
+
+namespace detail {
+
+// What a worker hands back to a handle.
+struct async_state {
+    std::mutex mutex;
+    std::condition_variable done_signal;
+    bool done = false;
+    transfer_result result;
+    io_failure failure;
+    std::exception_ptr error;  // anything but an I/O failure (std::bad_alloc...)
+
+    void finish() {
+        std::lock_guard<std::mutex> lock(mutex);
+        done = true;
+        done_signal.notify_all();
+    }
+};
+
+}  // namespace detail
+
+/// The future of one submitted transfer. Move-only; the destructor waits for the transfer.
+class transfer_handle {
+  public:
+    /// A handle with no transfer.
+    transfer_handle() noexcept = default;
+    /// Wraps the shared state a context filled (used by basic_async_context).
+    explicit transfer_handle(std::shared_ptr<detail::async_state> state) noexcept
+        : state_(std::move(state)) {}
+
+    transfer_handle(const transfer_handle&) = delete;
+    transfer_handle& operator=(const transfer_handle&) = delete;
+    /// Takes over the other handle's transfer.
+    transfer_handle(transfer_handle&& other) noexcept = default;
+    /// Waits for this handle's transfer, then takes over the other's.
+    transfer_handle& operator=(transfer_handle&& other) noexcept {
+        if (this != &other) {
+            block();
+            state_ = std::move(other.state_);
+        }
+        return *this;
+    }
+    /// Waits for the transfer (its outcome is dropped: call `wait` to see it).
+    ~transfer_handle() { block(); }
+
+    /// True when the handle holds a transfer.
+    [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
+
+    /// True when the transfer has finished (or there is none): `wait` will not block.
+    [[nodiscard]] bool ready() const {
+        if (!state_) return true;
+        std::lock_guard<std::mutex> lock(state_->mutex);
+        return state_->done;
+    }
+
+    /// Waits at most `timeout`; true when the transfer has finished.
+    template <class Rep, class Period>
+    [[nodiscard]] bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
+        if (!state_) return true;
+        std::unique_lock<std::mutex> lock(state_->mutex);
+        return state_->done_signal.wait_for(lock, timeout, [this] { return state_->done; });
+    }
+
+    /// Waits for the transfer and returns what it did, recording an I/O failure in `failure`.
+    /// May be called again; a handle without a transfer returns an empty result.
+    transfer_result wait(io_failure& failure) const {
+        failure = {};
+        if (!state_) return {};
+        block();
+        if (state_->error) std::rethrow_exception(state_->error);
+        failure = state_->failure;
+        return state_->result;
+    }
+
+    /// As above; throws io_error on failure.
+    transfer_result wait() const {
+        io_failure failure;
+        transfer_result result = wait(failure);
+        detail::throw_if(failure);
+        return result;
+    }
+
+    /// As above; reports failure through `ec`.
+    transfer_result wait(std::error_code& ec) const {
+        io_failure failure;
+        transfer_result result = wait(failure);
+        ec = failure.code;
+        return result;
+    }
+
+  private:
+    void block() const noexcept {
+        if (!state_) return;
+        std::unique_lock<std::mutex> lock(state_->mutex);
+        state_->done_signal.wait(lock, [this] { return state_->done; });
+    }
+
+    std::shared_ptr<detail::async_state> state_;
+};
+
+/// How many transfers run at once and what each worker's context looks like.
+struct async_options {
+    /// Worker threads (>= 1): transfers running at the same time.
+    unsigned threads = 2;
+    /// Queue depth and block size of every worker's context.
+    context_options context{};
+};
+
+/// Worker threads with one `basic_aio_context<Backend>` each, running submitted transfers.
+///
+/// Thread-safety: `submit` and `cancel_pending` may be called from several threads at once.
+template <class Backend = libaio_backend>
+class basic_async_context {
+  public:
+    using backend_type = Backend;  ///< The policy of every worker's context.
+
+    /// Creates the contexts, then the threads. Throws std::invalid_argument for zero threads,
+    /// queue depth or block size, and what the backend throws when it cannot be set up.
+    explicit basic_async_context(async_options options = {})
+        : pool_(options.threads, options.context) {}
+
+    basic_async_context(const basic_async_context&) = delete;
+    basic_async_context& operator=(const basic_async_context&) = delete;
+
+    /// Waits for every transfer still queued or running.
+    ~basic_async_context() = default;
+
+    /// Worker threads.
+    [[nodiscard]] unsigned threads() const noexcept { return pool_.size(); }
+    /// Block size of each worker's context.
+    [[nodiscard]] std::size_t block_size() const noexcept { return pool_.options().block_size; }
+    /// Queue depth of each worker's context.
+    [[nodiscard]] unsigned queue_depth() const noexcept { return pool_.options().queue_depth; }
+
+    /// Starts moving `length` bytes between `buffer` and `offset` of `f`; returns at once.
+    /// Throws std::invalid_argument now when a precondition of strategy.hpp is violated.
+    [[nodiscard]] transfer_handle submit(file& f, operation op, void* buffer, std::size_t length,
+                                         std::uint64_t offset, const transfer_config& config = {}) {
+        const std::string problem =
+            detail::transfer_precondition(f, op, buffer, length, offset, block_size());
+        if (!problem.empty()) detail::throw_invalid(problem);
+        auto state = std::make_shared<detail::async_state>();
+        pool_.post([state, &f, op, buffer, length, offset,
+                    config](basic_aio_context<Backend>* context) {
+            if (context == nullptr) {
+                state->failure = {std::make_error_code(std::errc::operation_canceled),
+                                  std::string(to_string(op)) + " (cancelled before it started)",
+                                  f.path(), offset, length};
+            } else {
+                try {
+                    state->result =
+                        transfer(*context, f, op, buffer, length, offset, config, state->failure);
+                } catch (...) {
+                    state->error = std::current_exception();
+                }
+            }
+            state->finish();
+        });
+        return transfer_handle(std::move(state));
+    }
+
+    /// Cancels the transfers no worker has started; returns how many. Their handles report
+    /// std::errc::operation_canceled; running transfers finish normally.
+    std::size_t cancel_pending() { return pool_.cancel_pending(); }
+
+  private:
+    detail::worker_pool<Backend> pool_;
+};
+
+/// The common case: native Linux AIO on every worker.
+using async_context = basic_async_context<libaio_backend>;
+
+/// Starts reading `length` bytes at `offset` of `f` into `buffer`; see basic_async_context.
+template <class Backend>
+[[nodiscard]] transfer_handle async_read(basic_async_context<Backend>& context, file& f,
+                                         void* buffer, std::size_t length, std::uint64_t offset,
+                                         const transfer_config& config = {}) {
+    return context.submit(f, operation::read, buffer, length, offset, config);
+}
+
+/// Starts writing `length` bytes from `buffer` at `offset` of `f`; see basic_async_context.
+template <class Backend>
+[[nodiscard]] transfer_handle async_write(basic_async_context<Backend>& context, file& f,
+                                          const void* buffer, std::size_t length,
+                                          std::uint64_t offset,
+                                          const transfer_config& config = {}) {
+    return context.submit(f, operation::write, const_cast<void*>(buffer), length, offset, config);
+}
+
+}  // namespace nvmeio

@@ -1,0 +1,199 @@
+#pragma once
+/// \file stripe.hpp
+/// Striping: one logical byte range spread over D files, one per device, in stripe units (as
+/// DeepSpeed's swap folders or an LVM stripe do), moved by a parallel context.
+///
+/// Logical byte `x` lives in file `(x / unit) % D` at offset `(x / unit / D) * unit + x % unit`.
+/// Each file's share of a transfer is one batch (batch.hpp) run by its own worker, so the D
+/// devices work at the same time and each keeps its queue full. With an aligned buffer the
+/// stripe units go straight between the caller's memory and the files (when the unit is at
+/// least `batch_options::min_direct_size`); otherwise units that follow each other in a file are
+/// coalesced through a bounce arena.
+///
+/// O_DIRECT rules: the stripe unit must be a multiple of every file's alignment (checked when
+/// the set is made) and the logical offset a multiple of the strictest one; the buffer and the
+/// length may be anything.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "nvmeio/batch.hpp"
+#include "nvmeio/error.hpp"
+#include "nvmeio/file.hpp"
+#include "nvmeio/parallel.hpp"
+#include "nvmeio/strategy.hpp"
+
+namespace nvmeio {
+
+/// Where a logical byte of a stripe set lives.
+struct stripe_location {
+    std::size_t file_index = 0;  ///< Which file of the set.
+    std::uint64_t offset = 0;    ///< Offset in that file.
+};
+
+/// D open files and the stripe unit that spreads a logical range over them. Move-only.
+class stripe_set {
+  public:
+    /// Takes the files (at least one). Throws std::invalid_argument for no files, a closed file,
+    /// or a stripe unit of 0 or not a multiple of some file's O_DIRECT alignment.
+    stripe_set(std::vector<file> files, std::size_t stripe_unit)
+        : files_(std::move(files)), stripe_unit_(stripe_unit) {
+        if (files_.empty()) detail::throw_invalid("a stripe set needs at least one file (got 0)");
+        if (stripe_unit_ == 0) detail::throw_invalid("stripe_unit must be at least 1 (got 0)");
+        for (const file& f : files_) {
+            if (!f.is_open()) detail::throw_invalid("stripe set: a file is not open");
+            if (!is_aligned(stripe_unit_, f.required_alignment())) {
+                detail::throw_invalid("stripe_unit " + std::to_string(stripe_unit_) +
+                                      " is not a multiple of " +
+                                      std::to_string(f.required_alignment()) +
+                                      " bytes, the O_DIRECT alignment of '" + f.path() + "'");
+            }
+        }
+    }
+
+    /// Opens every path with `mode` and `direct`, then checks as above; throws io_error naming
+    /// the path that failed to open.
+    stripe_set(const std::vector<std::string>& paths, open_mode mode, std::size_t stripe_unit,
+               direct_io direct = direct_io::on)
+        : stripe_set(open_all(paths, mode, direct), stripe_unit) {}
+
+    /// Bytes per stripe unit.
+    [[nodiscard]] std::size_t stripe_unit() const noexcept { return stripe_unit_; }
+    /// Number of files D.
+    [[nodiscard]] std::size_t width() const noexcept { return files_.size(); }
+    /// The files, in stripe order.
+    [[nodiscard]] std::vector<file>& files() noexcept { return files_; }
+    /// The files, in stripe order.
+    [[nodiscard]] const std::vector<file>& files() const noexcept { return files_; }
+    /// The alignment a logical offset needs: the strictest of the files'.
+    [[nodiscard]] std::size_t required_alignment() const noexcept {
+        std::size_t unit = 1;
+        for (const file& f : files_)
+            unit = std::max(unit, f.required_alignment());
+        return unit;
+    }
+
+    /// Where logical byte `logical` lives.
+    [[nodiscard]] stripe_location locate(std::uint64_t logical) const noexcept {
+        const std::uint64_t stripe = logical / stripe_unit_;
+        return {static_cast<std::size_t>(stripe % files_.size()),
+                stripe / files_.size() * stripe_unit_ + logical % stripe_unit_};
+    }
+
+  private:
+    static std::vector<file> open_all(const std::vector<std::string>& paths, open_mode mode,
+                                      direct_io direct) {
+        std::vector<file> out;
+        out.reserve(paths.size());
+        for (const std::string& p : paths)
+            out.emplace_back(p, mode, direct);
+        return out;
+    }
+
+    std::vector<file> files_;
+    std::size_t stripe_unit_;
+};
+
+/// Moves `length` bytes between `buffer` and logical `offset` of `set`, each file's share on its
+/// own worker of `context`; a failure (the one at the lowest logical offset) goes to `failure`,
+/// naming the file and the file offset. A read returns the bytes up to the first logical byte
+/// that does not exist. Throws std::invalid_argument for an offset off the alignment.
+template <class Backend>
+transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& set, operation op,
+                         void* buffer, std::size_t length, std::uint64_t offset,
+                         const batch_options& options, io_failure& failure) {
+    failure = {};
+    transfer_result result;
+    if (length == 0) return result;
+    if (buffer == nullptr) detail::throw_invalid("striped transfer: the buffer is null");
+    if (!is_aligned(offset, set.required_alignment())) {
+        detail::throw_invalid("striped " + std::string(to_string(op)) + " at offset " +
+                              std::to_string(offset) + ": the offset is not a multiple of " +
+                              std::to_string(set.required_alignment()) +
+                              " bytes, which O_DIRECT on the set's files requires");
+    }
+    // Cut the range at stripe unit boundaries; piece i of file d keeps its logical position.
+    const std::size_t width = set.width();
+    std::vector<std::vector<batch_request>> shares(width);
+    std::vector<std::vector<std::size_t>> positions(width);
+    auto* bytes = static_cast<std::byte*>(buffer);
+    for (std::size_t at = 0; at < length;) {
+        const std::uint64_t logical = offset + at;
+        const std::size_t room =
+            set.stripe_unit() - static_cast<std::size_t>(logical % set.stripe_unit());
+        const std::size_t piece = std::min(room, length - at);
+        const stripe_location where = set.locate(logical);
+        shares[where.file_index].push_back({bytes + at, piece, where.offset});
+        positions[where.file_index].push_back(at);
+        at += piece;
+    }
+    std::vector<batch_outcome> outcomes(width);
+    context.run(width, [&](std::size_t d, basic_aio_context<Backend>& worker) {
+        outcomes[d] = transfer_batch(worker, set.files()[d], op, shares[d], options);
+    });
+    // The first failed piece in logical order is the failure, unless a read's data ended
+    // before it; otherwise the first short piece ends the data.
+    std::size_t end = length;
+    std::size_t failure_at = length;
+    for (std::size_t d = 0; d < width; ++d) {
+        for (std::size_t i = 0; i < shares[d].size(); ++i) {
+            const batch_result& r = outcomes[d].results[i];
+            const std::size_t at = positions[d][i];
+            if (r.failure) {
+                if (at < failure_at) {
+                    failure_at = at;
+                    failure = r.failure;
+                }
+            } else if (r.bytes < shares[d][i].length) {
+                end = std::min(end, at + r.bytes);
+            }
+        }
+    }
+    if (failure && op == operation::read && failure_at >= end) failure = {};
+    result.bytes = failure ? 0 : end;
+    return result;
+}
+
+/// As above; throws io_error on failure.
+template <class Backend>
+transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& set, operation op,
+                         void* buffer, std::size_t length, std::uint64_t offset,
+                         const batch_options& options = {}) {
+    io_failure failure;
+    transfer_result result = transfer(context, set, op, buffer, length, offset, options, failure);
+    detail::throw_if(failure);
+    return result;
+}
+
+/// As above; reports failure through `ec`.
+template <class Backend>
+transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& set, operation op,
+                         void* buffer, std::size_t length, std::uint64_t offset,
+                         const batch_options& options, std::error_code& ec) {
+    io_failure failure;
+    transfer_result result = transfer(context, set, op, buffer, length, offset, options, failure);
+    ec = failure.code;
+    return result;
+}
+
+/// Reads `length` bytes at logical `offset` of `set` into `buffer`; throws io_error on failure.
+template <class Backend>
+transfer_result read(basic_parallel_context<Backend>& context, stripe_set& set, void* buffer,
+                     std::size_t length, std::uint64_t offset, const batch_options& options = {}) {
+    return transfer(context, set, operation::read, buffer, length, offset, options);
+}
+
+/// Writes `length` bytes from `buffer` at logical `offset` of `set`; throws io_error on failure.
+template <class Backend>
+transfer_result write(basic_parallel_context<Backend>& context, stripe_set& set, const void* buffer,
+                      std::size_t length, std::uint64_t offset, const batch_options& options = {}) {
+    return transfer(context, set, operation::write, const_cast<void*>(buffer), length, offset,
+                    options);
+}
+
+}  // namespace nvmeio

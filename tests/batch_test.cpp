@@ -1,0 +1,315 @@
+#define BOOST_TEST_MODULE batch
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <nvmeio/batch.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend_support.hpp"
+#include "fault_backend.hpp"
+#include "test_support.hpp"
+
+using namespace nvmeio;
+using nvmeio_test::backend_types;
+using nvmeio_test::temp_path;
+
+namespace {
+
+constexpr std::size_t block = 64 * 1024;
+
+// `count` requests laid end to end in the file with lengths 1..3 blocks plus a ragged part,
+// each with its own buffer, listed in a shuffled order.
+struct layout {
+    std::vector<std::vector<unsigned char>> buffers;
+    std::vector<batch_request> requests;
+    std::vector<unsigned char> file_bytes;
+};
+
+layout make_layout(std::size_t count, std::uint64_t seed, bool ragged) {
+    layout l;
+    std::mt19937_64 random(seed);
+    std::uint64_t offset = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        std::size_t length = (1 + random() % 3) * 4096 * (1 + random() % 4);
+        if (ragged) length += random() % 4096;
+        l.buffers.push_back(nvmeio_test::pattern(length, seed * 1000 + i));
+        l.requests.push_back({l.buffers.back().data(), length, offset});
+        l.file_bytes.insert(l.file_bytes.end(), l.buffers.back().begin(), l.buffers.back().end());
+        offset += length;
+    }
+    std::shuffle(l.requests.begin(), l.requests.end(), random);
+    return l;
+}
+
+// Fresh buffers for reading `l` back.
+std::vector<std::vector<unsigned char>> blank_buffers(layout& l) {
+    std::vector<std::vector<unsigned char>> out;
+    for (batch_request& r : l.requests) {
+        out.emplace_back(r.length, 0xEE);
+        r.buffer = out.back().data();
+    }
+    return out;
+}
+
+template <class Context>
+void scattered_round_trip(Context& context, bool ragged, batch_options options = {}) {
+    temp_path path("batch");
+    layout l = make_layout(120, ragged ? 7 : 8, ragged);
+    if (options.max_io_size == batch_options{}.max_io_size) options.max_io_size = 1 << 20;
+    {
+        file out(path.str(), open_mode::write);
+        const batch_outcome w = write_batch(context, out, l.requests, options);
+        BOOST_TEST(w.first_failure() == l.requests.size());
+        BOOST_TEST(w.ios < l.requests.size() / 4);  // coalesced
+        BOOST_TEST(w.bounced_bytes == l.file_bytes.size());
+        for (std::size_t i = 0; i < l.requests.size(); ++i)
+            BOOST_TEST(w.results[i].bytes == l.requests[i].length);
+    }
+    BOOST_TEST((nvmeio_test::slurp(path.str()) == l.file_bytes));
+    std::vector<std::vector<unsigned char>> expected;
+    for (const batch_request& r : l.requests)
+        expected.emplace_back(static_cast<unsigned char*>(r.buffer),
+                              static_cast<unsigned char*>(r.buffer) + r.length);
+    auto targets = blank_buffers(l);
+    file in(path.str(), open_mode::read);
+    const batch_outcome got = read_batch(context, in, l.requests, options);
+    for (std::size_t i = 0; i < l.requests.size(); ++i) {
+        BOOST_TEST(got.results[i].bytes == l.requests[i].length);
+        BOOST_TEST((targets[i] == expected[i]), "request " << i);
+    }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(scattered_buffers_round_trip_through_coalesced_ios, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
+    basic_aio_context<TestType> context({8, block});
+    for (bool ragged : {false, true}) {
+        BOOST_TEST_CONTEXT("ragged=" << ragged) {
+            scattered_round_trip(context, ragged);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(parallel_batch_round_trips_and_keeps_ragged_ends, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
+    parallel_options o;
+    o.threads = 3;
+    o.context = {8, block};
+    basic_parallel_context<TestType> context(o);
+    for (bool ragged : {false, true}) {
+        BOOST_TEST_CONTEXT("ragged=" << ragged) {
+            scattered_round_trip(context, ragged);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(parallel_ragged_writes_with_gaps_keep_every_byte) {
+    // Groups ending off the alignment, separated by gaps: a trim after one of them must never
+    // cut the bytes of a later one.
+    parallel_options o;
+    o.threads = 4;
+    o.context = {4, block};
+    parallel_context context(o);
+    temp_path path("batch_gaps");
+    std::vector<std::vector<unsigned char>> buffers;
+    std::vector<batch_request> requests;
+    for (std::size_t i = 0; i < 32; ++i) {
+        buffers.push_back(nvmeio_test::pattern(3 * 4096 + 100 + i, 300 + i));
+        requests.push_back({buffers.back().data(), buffers.back().size(), i * 4 * 4096});
+    }
+    {
+        file out(path.str(), open_mode::write);
+        (void)write_batch(context, out, requests);
+    }
+    const auto bytes = nvmeio_test::slurp(path.str());
+    BOOST_TEST_REQUIRE(bytes.size() == requests.back().offset + requests.back().length);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        BOOST_TEST(std::memcmp(bytes.data() + requests[i].offset, buffers[i].data(),
+                               buffers[i].size()) == 0,
+                   "request " << i);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(buffers_adjacent_in_memory_go_straight_without_copies) {
+    temp_path path("batch_flat");
+    const std::size_t count = 16;
+    aligned_buffer flat(count * block);
+    nvmeio_test::fill_pattern(flat.data(), flat.size(), 12);
+    std::vector<batch_request> requests;
+    for (std::size_t i = 0; i < count; ++i)
+        requests.push_back({flat.data() + i * block, block, i * block});
+    aio_context context({8, block});
+    batch_options options;
+    options.max_io_size = 4 * block;
+    file f(path.str(), open_mode::write);
+    const batch_outcome w = write_batch(context, f, requests, options);
+    BOOST_TEST(w.ios == count / 4);  // max_io_size respected
+    BOOST_TEST(w.bounced_bytes == 0u);
+    const auto bytes = nvmeio_test::slurp(path.str());
+    BOOST_TEST_REQUIRE(bytes.size() == flat.size());
+    BOOST_TEST(std::memcmp(bytes.data(), flat.data(), flat.size()) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(gaps_split_ios_and_requests_past_the_end_report_what_exists) {
+    temp_path path("batch_eof");
+    const std::size_t size = 5 * 4096 + 10;
+    const auto bytes = nvmeio_test::pattern(size, 13);
+    nvmeio_test::spew(path.str(), bytes.data(), size);
+    aio_context context({4, block});
+    file in(path.str(), open_mode::read);
+    std::vector<std::vector<unsigned char>> targets(4, std::vector<unsigned char>(2 * 4096));
+    const std::vector<batch_request> requests = {
+        {targets[0].data(), 4096, 0},          // alone (a gap follows)
+        {targets[1].data(), 2 * 4096, 8192},   // with the next one
+        {targets[2].data(), 2 * 4096, 16384},  // straddles the end: 4096 + 10 exist
+        {targets[3].data(), 4096, 40960},      // wholly past the end
+    };
+    const batch_outcome got = read_batch(context, in, requests);
+    BOOST_TEST(got.ios == 3u);
+    BOOST_TEST(got.results[0].bytes == 4096u);
+    BOOST_TEST(got.results[1].bytes == 2 * 4096u);
+    BOOST_TEST(got.results[2].bytes == 4096u + 10);
+    BOOST_TEST(got.results[3].bytes == 0u);
+    BOOST_TEST(std::memcmp(targets[0].data(), bytes.data(), 4096) == 0);
+    BOOST_TEST(std::memcmp(targets[1].data(), bytes.data() + 8192, 2 * 4096) == 0);
+    BOOST_TEST(std::memcmp(targets[2].data(), bytes.data() + 16384, 4096 + 10) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_io_fails_its_requests_only_and_read_batch_throws_it) {
+    temp_path path("batch_fault");
+    const std::size_t size = 8 * block;
+    nvmeio_test::spew(path.str(), nvmeio_test::pattern(size, 14).data(), size);
+    basic_aio_context<nvmeio_test::fault_backend> context({4, block});
+    file in(path.str(), open_mode::read);
+    std::vector<std::vector<unsigned char>> targets(8, std::vector<unsigned char>(block));
+    std::vector<batch_request> requests;
+    for (std::size_t i = 0; i < 8; ++i)
+        requests.push_back({targets[i].data(), block, (7 - i) * block});
+    batch_options options;
+    options.max_io_size = 2 * block;  // four I/Os of two requests
+    nvmeio_test::fault_backend::fail_offset = 4 * block + 5;
+    const batch_outcome got = transfer_batch(context, in, operation::read, requests, options);
+    // File blocks 4 and 5 share an I/O: requests 3 (offset 4 blocks) and 2 (offset 5 blocks).
+    for (std::size_t i = 0; i < 8; ++i) {
+        const bool failed = i == 2 || i == 3;
+        BOOST_TEST(static_cast<bool>(got.results[i].failure) == failed, "request " << i);
+        BOOST_TEST(got.results[i].bytes == (failed ? 0u : block), "request " << i);
+    }
+    BOOST_TEST(got.first_failure() == 2u);
+    try {
+        (void)read_batch(context, in, requests, options);
+        BOOST_ERROR("the injected failure was not thrown");
+    } catch (const io_error& e) {
+        BOOST_TEST(e.code() == std::error_code(EIO, std::generic_category()));
+        BOOST_TEST(e.offset() == 4 * block);
+    }
+    nvmeio_test::fault_backend::fail_offset = ~std::uint64_t{0};
+}
+
+BOOST_AUTO_TEST_CASE(unaligned_offset_not_continuing_a_request_is_rejected_by_index) {
+    temp_path path("batch_rules");
+    nvmeio_test::spew(path.str(), std::string(4 * 4096, 'z').data(), 4 * 4096);
+    aio_context context({4, block});
+    file in(path.str(), open_mode::read);
+    std::vector<unsigned char> a(4096), b(100);
+    const std::vector<batch_request> requests = {{a.data(), 4096, 0}, {b.data(), 100, 5000}};
+    try {
+        (void)read_batch(context, in, requests);
+        BOOST_ERROR("an unaligned offset was accepted");
+    } catch (const std::invalid_argument& e) {
+        const std::string what = e.what();
+        BOOST_TEST(what.find("batch request 1") != std::string::npos, what);
+        BOOST_TEST(what.find("offset 5000") != std::string::npos, what);
+    }
+    // Continuing the previous request, the same offset is fine.
+    std::vector<unsigned char> c(904);
+    const std::vector<batch_request> joined = {
+        {a.data(), 4096, 0}, {c.data(), 904, 4096}, {b.data(), 100, 5000}};
+    const batch_outcome got = read_batch(context, in, joined);
+    BOOST_TEST(got.ios == 1u);
+    BOOST_TEST(got.results[2].bytes == 100u);
+    BOOST_TEST(b[99] == 'z');
+}
+
+BOOST_AUTO_TEST_CASE(bounced_bytes_beyond_the_arena_move_in_waves) {
+    aio_context context({8, block});
+    batch_options options;
+    options.max_io_size = 128 * 1024;
+    options.bounce_size = 256 * 1024;  // several waves for the ~5 MiB of the layout
+    for (bool ragged : {false, true}) {
+        BOOST_TEST_CONTEXT("ragged=" << ragged) {
+            scattered_round_trip(context, ragged, options);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(aligned_scattered_buffers_go_member_by_member_without_copies,
+                              TestType, backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
+    temp_path path("batch_members");
+    std::vector<aligned_buffer> buffers;
+    std::vector<batch_request> requests;
+    std::vector<unsigned char> expected;
+    std::uint64_t offset = 0;
+    for (std::size_t i = 0; i < 24; ++i) {
+        const std::size_t length = (1 + i % 4) * 16 * 1024;
+        buffers.emplace_back(length);
+        nvmeio_test::fill_pattern(buffers.back().data(), length, 500 + i);
+        const auto* bytes = reinterpret_cast<const unsigned char*>(buffers.back().data());
+        expected.insert(expected.end(), bytes, bytes + length);
+        requests.push_back({buffers.back().data(), length, offset});
+        offset += length;
+    }
+    std::reverse(requests.begin(), requests.end());
+    basic_aio_context<TestType> context({4, block});
+    batch_options options;
+    options.min_direct_size = 4096;
+    {
+        file out(path.str(), open_mode::write);
+        const batch_outcome w = write_batch(context, out, requests, options);
+        BOOST_TEST(w.bounced_bytes == 0u);
+    }
+    BOOST_TEST((nvmeio_test::slurp(path.str()) == expected));
+    for (aligned_buffer& b : buffers)
+        std::memset(b.data(), 0, b.size());
+    file in(path.str(), open_mode::read);
+    const batch_outcome got = read_batch(context, in, requests, options);
+    BOOST_TEST(got.bounced_bytes == 0u);
+    std::vector<unsigned char> back;
+    for (auto it = requests.rbegin(); it != requests.rend(); ++it) {
+        const auto* bytes = static_cast<const unsigned char*>(it->buffer);
+        back.insert(back.end(), bytes, bytes + it->length);
+    }
+    BOOST_TEST((back == expected));
+}
+
+BOOST_AUTO_TEST_CASE(member_by_member_failure_fails_that_member_only) {
+    temp_path path("batch_member_fault");
+    const std::size_t count = 8;
+    nvmeio_test::spew(path.str(), nvmeio_test::pattern(count * block, 15).data(), count * block);
+    std::vector<aligned_buffer> buffers;
+    std::vector<batch_request> requests;
+    for (std::size_t i = 0; i < count; ++i) {
+        buffers.emplace_back(block);
+        requests.push_back({buffers.back().data(), block, i * block});
+    }
+    basic_aio_context<nvmeio_test::fault_backend> context({4, 16 * 1024});
+    batch_options options;
+    options.min_direct_size = 4096;
+    file in(path.str(), open_mode::read);
+    nvmeio_test::fault_backend::fail_offset = 3 * block + 20000;
+    const batch_outcome got = transfer_batch(context, in, operation::read, requests, options);
+    nvmeio_test::fault_backend::fail_offset = ~std::uint64_t{0};
+    for (std::size_t i = 0; i < count; ++i) {
+        BOOST_TEST(static_cast<bool>(got.results[i].failure) == (i == 3), "request " << i);
+        BOOST_TEST(got.results[i].bytes == (i == 3 ? 0u : block), "request " << i);
+    }
+    BOOST_TEST(got.results[3].failure.offset == 3 * block + 16 * 1024);
+    BOOST_TEST(got.bounced_bytes == 0u);
+}

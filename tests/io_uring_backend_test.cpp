@@ -1,0 +1,154 @@
+#define BOOST_TEST_MODULE io_uring_backend
+#include <boost/test/unit_test.hpp>
+
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+#include <nvmeio/aligned_allocator.hpp>
+#include <nvmeio/backend/io_uring.hpp>
+#include <nvmeio/file.hpp>
+#include <string>
+
+#include "backend_support.hpp"
+#include "test_support.hpp"
+
+using namespace nvmeio;
+
+BOOST_AUTO_TEST_CASE(setup_refusal_message_names_the_reason_and_the_fallback) {
+    const std::string text = detail::describe_io_uring_setup_failure(EPERM, 8);
+    BOOST_TEST(text.find("queue_depth=8") != std::string::npos, text);
+    BOOST_TEST(text.find("refuses io_uring") != std::string::npos, text);
+    BOOST_TEST(text.find("libaio_backend") != std::string::npos, text);
+    const std::string memory = detail::describe_io_uring_setup_failure(ENOMEM, 8);
+    BOOST_TEST(memory.find("RLIMIT_MEMLOCK") != std::string::npos, memory);
+}
+
+BOOST_AUTO_TEST_CASE(support_probe_agrees_with_the_build) {
+    std::error_code why;
+    const bool supported = io_uring_supported(why);
+    BOOST_TEST(supported == !why);
+    if (!io_uring_available) BOOST_TEST(!supported);
+}
+
+#if NVMEIO_HAS_IO_URING
+
+BOOST_AUTO_TEST_CASE(zero_queue_depth_is_rejected) {
+    BOOST_CHECK_THROW(io_uring_backend backend(0), std::invalid_argument);
+}
+
+namespace {
+
+// Makes io_uring_setup fail with EPERM in this process, as a container's seccomp profile does.
+bool refuse_io_uring_setup() {
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+    return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+           ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_kernel_refusing_io_uring_gives_a_clear_error_and_the_probe_says_no) {
+    // In a child process, so that the filter stays there.
+    const pid_t child = ::fork();
+    BOOST_TEST_REQUIRE(child >= 0);
+    if (child == 0) {
+        if (!refuse_io_uring_setup()) ::_exit(10);
+        std::error_code why;
+        if (io_uring_supported(why)) ::_exit(11);
+        if (why != std::error_code(EPERM, std::generic_category())) ::_exit(12);
+        try {
+            io_uring_backend backend(8);
+            ::_exit(13);
+        } catch (const io_error& e) {
+            const std::string what = e.what();
+            if (e.code() != std::error_code(EPERM, std::generic_category())) ::_exit(14);
+            if (what.find("refuses io_uring") == std::string::npos) ::_exit(15);
+            if (what.find("libaio_backend") == std::string::npos) ::_exit(16);
+        } catch (...) {
+            ::_exit(17);
+        }
+        ::_exit(0);
+    }
+    int status = 0;
+    BOOST_TEST_REQUIRE(::waitpid(child, &status, 0) == child);
+    BOOST_TEST_REQUIRE(WIFEXITED(status));
+    BOOST_TEST(WEXITSTATUS(status) == 0, "child check " << WEXITSTATUS(status) << " failed");
+}
+
+BOOST_AUTO_TEST_CASE(requests_complete_with_their_user_data_and_byte_counts) {
+    if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
+    nvmeio_test::temp_path path("uring_raw");
+    const std::size_t size = 4 * 4096;
+    const auto bytes = nvmeio_test::pattern(size, 3);
+    nvmeio_test::spew(path.str(), bytes.data(), size);
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(size);
+    io_uring_backend backend(4);
+    BOOST_TEST(backend.queue_depth() == 4u);
+    io_request requests[4];
+    for (unsigned i = 0; i < 4; ++i) {
+        requests[i] = {in.native_handle(),      operation::read, target.data() + i * 4096, 4096,
+                       std::uint64_t{i} * 4096, 100 + i};
+    }
+    BOOST_TEST(backend.submit(requests, 4) == 4);
+    io_completion done[4];
+    std::size_t got = 0;
+    while (got < 4) {
+        const int rc = backend.reap(done + got, 4 - got, 4 - got, nullptr);
+        if (rc == -EINTR) continue;
+        BOOST_TEST_REQUIRE(rc > 0);
+        got += static_cast<std::size_t>(rc);
+    }
+    unsigned seen = 0;
+    for (const io_completion& c : done) {
+        BOOST_TEST(c.result == 4096);
+        BOOST_TEST_REQUIRE((c.user_data >= 100 && c.user_data < 104));
+        seen |= 1u << (c.user_data - 100);
+    }
+    BOOST_TEST(seen == 0xFu);
+    BOOST_TEST(std::memcmp(target.data(), bytes.data(), size) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(reap_with_a_timeout_and_nothing_in_flight_returns_zero) {
+    if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
+    io_uring_backend backend(2);
+    io_completion done[2];
+    const timespec short_wait{0, 1'000'000};
+    BOOST_TEST(backend.reap(done, 1, 2, &short_wait) == 0);
+    BOOST_TEST(backend.reap(done, 0, 2, nullptr) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(errors_come_back_as_negative_errno_in_the_completion) {
+    if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
+    nvmeio_test::temp_path path("uring_ebadf");
+    nvmeio_test::spew(path.str(), "abcd", 4);
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(4096);
+    io_uring_backend backend(1);
+    // A write on a read-only descriptor: the kernel answers EBADF through the completion.
+    io_request request{in.native_handle(), operation::write, target.data(), 4096, 0, 7};
+    BOOST_TEST(backend.submit(&request, 1) == 1);
+    io_completion done{};
+    int rc;
+    do {
+        rc = backend.reap(&done, 1, 1, nullptr);
+    } while (rc == -EINTR);
+    BOOST_TEST(rc == 1);
+    BOOST_TEST(done.user_data == 7u);
+    BOOST_TEST(done.result == -EBADF);
+}
+
+#endif

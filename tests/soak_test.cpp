@@ -60,6 +60,10 @@ struct plan {
     std::uint64_t offset = 0;
     std::size_t misalign = 0;  // buffer address offset from the allocation (buffered only)
     bool refresh = false;      // a read first overwrites its range with fresh bytes via pwrite
+    // When set, the offset is this far before the file's current end (reads cross the end,
+    // writes grow the file); resolved when the transfer runs, so replays still agree.
+    bool near_end = false;
+    std::uint64_t before_end = 0;
     std::uint64_t data_seed = 0;
 
     std::string str() const {
@@ -69,7 +73,7 @@ struct plan {
             << to_string(config.strategy) << "/" << to_string(config.submit)
             << " queue_depth=" << queue_depth << " block_size=" << block_size
             << " misalign=" << misalign << (faulty ? " with faults" : "")
-            << (refresh ? " refreshed" : "");
+            << (refresh ? " refreshed" : "") << (near_end ? " near the end" : "");
         return out.str();
     }
 };
@@ -115,6 +119,8 @@ plan draw(std::mt19937_64& random, std::size_t index) {
         p.misalign = below(64);
     }
     p.refresh = p.op == operation::read && below(2) == 0;
+    p.near_end = below(4) == 0;
+    p.before_end = below(2u << 20);
     p.data_seed = random();
     return p;
 }
@@ -306,7 +312,12 @@ BOOST_AUTO_TEST_CASE(random_transfers_match_pread_and_pwrite_byte_for_byte) {
         context_pool contexts;
         std::mt19937_64 random(seed);
         for (std::size_t i = 0; i < transfers; ++i) {
-            const plan p = draw(random, i);
+            plan p = draw(random, i);
+            if (p.near_end) {
+                const std::uint64_t end = ref.size();
+                p.offset = end > p.before_end ? end - p.before_end : 0;
+                if (p.direct) p.offset -= p.offset % 4096;
+            }
             bool ok = false;
             BOOST_TEST_CONTEXT(p.str() << " (seed " << seed << ")") {
                 try {

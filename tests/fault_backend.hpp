@@ -34,6 +34,8 @@ enum class fault {
     event_eio,       // an event reports -EIO
     write_enospc,    // a write event reports -ENOSPC
     write_zero,      // a write event reports 0 bytes (the device accepted nothing)
+    over_result,     // an event reports more bytes than were asked (a broken driver)
+    count_           // not a fault: the number of kinds
 };
 
 inline const char* to_string(fault f) {
@@ -58,6 +60,10 @@ inline const char* to_string(fault f) {
             return "write_enospc";
         case fault::write_zero:
             return "write_zero";
+        case fault::over_result:
+            return "over_result";
+        case fault::count_:
+            break;
     }
     return "?";
 }
@@ -73,7 +79,8 @@ inline const std::vector<fault>& recoverable_faults() {
 // Faults that must surface as an io_error naming the failed request.
 inline const std::vector<fault>& fatal_faults() {
     static const std::vector<fault> kinds = {fault::event_eio, fault::write_enospc,
-                                             fault::write_zero, fault::submit_error};
+                                             fault::write_zero, fault::submit_error,
+                                             fault::over_result};
     return kinds;
 }
 
@@ -224,6 +231,10 @@ class fault_backend {
             c.result = note(fault::write_enospc, r, -ENOSPC);
             return;
         }
+        if (strikes(fault::over_result)) {
+            c.result = note(fault::over_result, r, static_cast<int>(r.length) + 1);
+            return;
+        }
         if (r.op == nvmeio::operation::write && strikes(fault::write_zero)) {
             c.result = note(fault::write_zero, r, 0);
             return;
@@ -255,7 +266,7 @@ class fault_backend {
     Inner inner_;
     fault_plan plan_;
     std::mt19937_64 random_;
-    std::uint64_t opportunities_[10] = {};
+    std::uint64_t opportunities_[static_cast<int>(fault::count_)] = {};
     std::uint64_t injected_ = 0;
     struck_request struck_;
     std::unordered_map<std::uint64_t, nvmeio::io_request> inflight_;

@@ -180,10 +180,11 @@ BOOST_AUTO_TEST_CASE(io_errors_name_op_file_offset_and_leave_nothing_in_flight) 
                 } catch (const io_error& e) {
                     const nvmeio_test::struck_request& struck = context.backend().struck();
                     BOOST_TEST(context.backend().injected() == 1u);
-                    const std::errc expected = c.kind == fault::event_eio ? std::errc::io_error
-                                               : c.kind == fault::submit_error
-                                                   ? std::errc::invalid_argument
-                                                   : std::errc::no_space_on_device;
+                    const std::errc expected =
+                        c.kind == fault::submit_error   ? std::errc::invalid_argument
+                        : c.kind == fault::write_enospc ? std::errc::no_space_on_device
+                        : c.kind == fault::write_zero   ? std::errc::no_space_on_device
+                                                        : std::errc::io_error;
                     BOOST_TEST((e.code() == expected), e.what());
                     BOOST_TEST(e.operation().find(to_string(c.op)) != std::string::npos, e.what());
                     BOOST_TEST(e.path() == s.path.str());

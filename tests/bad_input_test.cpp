@@ -13,8 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <limits>
 #include <nvmeio/strategy.hpp>
 #include <string>
@@ -72,6 +74,8 @@ error_seen io_error_as_nobody(const std::function<void()>& f, bool& ok) {
     int channel[2];
     ok = false;
     if (::pipe(channel) != 0) return {};
+    std::cout.flush();  // or the child would print the parent's buffered output again
+    std::fflush(nullptr);
     const pid_t child = ::fork();
     if (child == 0) {
         ::close(channel[0]);

@@ -6,6 +6,7 @@
 #include <nvmeio/strategy.hpp>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fault_backend.hpp"
@@ -19,8 +20,13 @@ using nvmeio_test::temp_path;
 
 namespace {
 
-// The real backends a fault backend wraps; add io_uring_backend here when it is built.
-using faulty_libaio = basic_aio_context<nvmeio_test::fault_backend<libaio_backend>>;
+// The real backends the fault backend wraps: each matrix runs once per backend
+// in this list. Add io_uring_backend here when it is built.
+using real_backends = std::tuple<libaio_backend>;
+
+template <class Inner>
+using faulty_context = basic_aio_context<nvmeio_test::fault_backend<Inner>>;
+using faulty_libaio = faulty_context<libaio_backend>;
 
 constexpr std::size_t block = 64 * 1024;
 constexpr unsigned depth = 4;
@@ -64,8 +70,9 @@ std::vector<cell> matrix(const std::vector<fault>& kinds) {
     return out;
 }
 
-// The file before the transfer: bytes around the range for "inside"; for "at-end", a read finds
-// the file ending at an unaligned point inside the range and a write starts from an empty file.
+// The file before the transfer: bytes around the range for "inside"; for
+// "at-end", a read finds the file ending at an unaligned point inside the range
+// and a write starts from an empty file.
 std::size_t old_size_for(const cell& c) {
     if (!c.at_end) return offset + length + 20'000;
     return c.op == operation::read ? offset + 5 * block + 333 : 0;
@@ -97,7 +104,8 @@ struct setup {
     }
 };
 
-transfer_result run(faulty_libaio& context, setup& s, const cell& c) {
+template <class Context>
+transfer_result run(Context& context, setup& s, const cell& c) {
     const transfer_config config{c.strategy, c.submit, false};
     return nvmeio_test::within(bound, c.str(), [&] {
         return transfer(context, s.f, c.op, s.buffer.data(), length, offset, config);
@@ -120,8 +128,10 @@ void check_exact(setup& s, const cell& c, const transfer_result& result) {
     }
 }
 
-// Runs a transfer that must succeed; a failure is reported and the matrix goes on.
-void run_exact(faulty_libaio& context, setup& s, const cell& c) {
+// Runs a transfer that must succeed; a failure is reported and the matrix goes
+// on.
+template <class Context>
+void run_exact(Context& context, setup& s, const cell& c) {
     try {
         check_exact(s, c, run(context, s, c));
     } catch (const io_error& e) {
@@ -143,16 +153,17 @@ fault_plan plan_for(const cell& c) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(recoverable_faults_complete_with_exact_bytes) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(recoverable_faults_complete_with_exact_bytes, Inner, real_backends) {
     const nvmeio_test::held_resources before;
     {
-        faulty_libaio context({depth, block}, fault_plan{});
+        faulty_context<Inner> context({depth, block}, fault_plan{});
         for (const cell& c : matrix(nvmeio_test::recoverable_faults())) {
             BOOST_TEST_CONTEXT(c.str()) {
                 setup s(c);
                 context.backend().rearm(plan_for(c));
                 run_exact(context, s, c);
-                // A scheduled fault must really have struck, or the cell proves nothing.
+                // A scheduled fault must really have struck, or the cell proves
+                // nothing.
                 if (c.scheduled) BOOST_TEST(context.backend().injected() > 0u);
                 BOOST_TEST(context.backend().inflight() == 0u);
             }
@@ -161,10 +172,11 @@ BOOST_AUTO_TEST_CASE(recoverable_faults_complete_with_exact_bytes) {
     BOOST_TEST(nvmeio_test::held_resources{} == before);
 }
 
-BOOST_AUTO_TEST_CASE(io_errors_name_op_file_offset_and_leave_nothing_in_flight) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(io_errors_name_op_file_offset_and_leave_nothing_in_flight, Inner,
+                              real_backends) {
     const nvmeio_test::held_resources before;
     {
-        faulty_libaio context({depth, block}, fault_plan{});
+        faulty_context<Inner> context({depth, block}, fault_plan{});
         for (cell c : matrix(nvmeio_test::fatal_faults())) {
             if (!c.scheduled) continue;  // one fault at a known request: the message is checkable
             BOOST_TEST_CONTEXT(c.str()) {
@@ -198,8 +210,8 @@ BOOST_AUTO_TEST_CASE(io_errors_name_op_file_offset_and_leave_nothing_in_flight) 
                 }
                 BOOST_TEST(context.backend().inflight() == 0u, "a request was left in flight");
                 if (c.op == operation::write) {
-                    // A failed write touches nothing outside its range and never grows the file
-                    // past the range's end.
+                    // A failed write touches nothing outside its range and never grows
+                    // the file past the range's end.
                     const std::vector<unsigned char> now = nvmeio_test::slurp(s.path.str());
                     const std::size_t limit =
                         std::max<std::size_t>(s.old_bytes.size(), offset + length);
@@ -213,7 +225,8 @@ BOOST_AUTO_TEST_CASE(io_errors_name_op_file_offset_and_leave_nothing_in_flight) 
                         changed += now[i] != s.old_bytes[i];
                     BOOST_TEST(changed == 0u, "bytes outside the failed write's range changed");
                 }
-                // The context is still usable: a clean transfer after the failure is exact.
+                // The context is still usable: a clean transfer after the failure is
+                // exact.
                 context.backend().disarm();
                 run_exact(context, s, c);
             }
@@ -222,10 +235,11 @@ BOOST_AUTO_TEST_CASE(io_errors_name_op_file_offset_and_leave_nothing_in_flight) 
     BOOST_TEST(nvmeio_test::held_resources{} == before);
 }
 
-BOOST_AUTO_TEST_CASE(random_mix_of_recoverable_faults_keeps_bytes_exact) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(random_mix_of_recoverable_faults_keeps_bytes_exact, Inner,
+                              real_backends) {
     const nvmeio_test::held_resources before;
     {
-        faulty_libaio context({depth, block}, fault_plan{});
+        faulty_context<Inner> context({depth, block}, fault_plan{});
         for (std::uint64_t seed = 1; seed <= 24; ++seed) {
             cell c{fault::short_result,
                    seed % 2 ? strategy_kind::overlapped : strategy_kind::sequential,
@@ -250,18 +264,20 @@ BOOST_AUTO_TEST_CASE(random_mix_of_recoverable_faults_keeps_bytes_exact) {
     BOOST_TEST(nvmeio_test::held_resources{} == before);
 }
 
-BOOST_AUTO_TEST_CASE(
-    reap_failure_is_reported_as_possibly_in_flight_and_destroying_the_context_waits) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(
+    reap_failure_is_reported_as_possibly_in_flight_and_destroying_the_context_waits, Inner,
+    real_backends) {
     const nvmeio_test::held_resources before;
     for (strategy_kind strategy : {strategy_kind::sequential, strategy_kind::overlapped}) {
         cell c{
             fault::reap_error, strategy, submit_mode::block, operation::read, true, false, true, 7};
         BOOST_TEST_CONTEXT(c.str()) {
-            setup s(c);  // outlives the context: the kernel may still write into its buffer
+            setup s(c);  // outlives the context: the kernel may still write into its
+                         // buffer
             fault_plan plan;
             plan.kinds = {fault::reap_error};
             plan.schedule = {1};
-            std::optional<faulty_libaio> context;
+            std::optional<faulty_context<Inner>> context;
             context.emplace(context_options{depth, block}, plan);
             try {
                 (void)run(*context, s, c);
@@ -272,15 +288,17 @@ BOOST_AUTO_TEST_CASE(
                 BOOST_TEST(e.operation().find("in flight") != std::string::npos, e.what());
                 BOOST_TEST(e.path() == s.path.str());
             }
-            // Destroying the context waits for what the kernel still has (io_destroy).
+            // Destroying the context waits for what the kernel still has
+            // (io_destroy).
             nvmeio_test::within(bound, "destroying the context", [&] { context.reset(); });
         }
     }
     BOOST_TEST(nvmeio_test::held_resources{} == before);
 }
 
-// io_submit answering EAGAIN with nothing in flight is retried for 10 s, then reported. Ten
-// seconds is too long for every CI run: the long soak option runs this one.
+// io_submit answering EAGAIN with nothing in flight is retried for 10 s, then
+// reported. Ten seconds is too long for every CI run: the long soak option runs
+// this one.
 BOOST_AUTO_TEST_CASE(persistent_submit_eagain_is_reported_after_the_retry_budget,
                      *boost::unit_test::disabled()) {
     for (strategy_kind strategy : {strategy_kind::sequential, strategy_kind::overlapped}) {
@@ -301,7 +319,9 @@ BOOST_AUTO_TEST_CASE(persistent_submit_eagain_is_reported_after_the_retry_budget
             const auto start = std::chrono::steady_clock::now();
             try {
                 (void)run(context, s, c);
-                BOOST_FAIL("the transfer succeeded although io_submit never accepted anything");
+                BOOST_FAIL(
+                    "the transfer succeeded although io_submit never accepted "
+                    "anything");
             } catch (const io_error& e) {
                 BOOST_TEST((e.code() == std::errc::resource_unavailable_try_again), e.what());
                 BOOST_TEST(e.operation() == "io_submit of a write", e.what());

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend_support.hpp"
-#include "fault_backend.hpp"
+#include "offset_fault_backend.hpp"
 #include "test_support.hpp"
 
 using namespace nvmeio;
@@ -65,10 +65,10 @@ BOOST_AUTO_TEST_CASE(failure_surfaces_at_wait_with_the_precise_error) {
     temp_path path("async_fault");
     const std::size_t size = 4 * block;
     nvmeio_test::spew(path.str(), nvmeio_test::pattern(size, 1).data(), size);
-    basic_async_context<nvmeio_test::fault_backend> context(options_for(1));
+    basic_async_context<nvmeio_test::offset_fault_backend> context(options_for(1));
     file in(path.str(), open_mode::read);
     aligned_buffer target(size);
-    nvmeio_test::fault_backend::fail_offset = 2 * block;
+    nvmeio_test::offset_fault_backend::fail_offset = 2 * block;
     transfer_handle handle = async_read(context, in, target.data(), size, 0);
     try {
         (void)handle.wait();
@@ -82,7 +82,7 @@ BOOST_AUTO_TEST_CASE(failure_surfaces_at_wait_with_the_precise_error) {
     std::error_code ec;
     (void)handle.wait(ec);  // waiting again reports the same outcome
     BOOST_TEST(ec == std::error_code(EIO, std::generic_category()));
-    nvmeio_test::fault_backend::fail_offset = ~std::uint64_t{0};
+    nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
 }
 
 BOOST_AUTO_TEST_CASE(precondition_violation_throws_at_submit) {

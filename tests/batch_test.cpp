@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backend_support.hpp"
-#include "fault_backend.hpp"
+#include "offset_fault_backend.hpp"
 #include "test_support.hpp"
 
 using namespace nvmeio;
@@ -185,7 +185,7 @@ BOOST_AUTO_TEST_CASE(a_failed_io_fails_its_requests_only_and_read_batch_throws_i
     temp_path path("batch_fault");
     const std::size_t size = 8 * block;
     nvmeio_test::spew(path.str(), nvmeio_test::pattern(size, 14).data(), size);
-    basic_aio_context<nvmeio_test::fault_backend> context({4, block});
+    basic_aio_context<nvmeio_test::offset_fault_backend> context({4, block});
     file in(path.str(), open_mode::read);
     std::vector<std::vector<unsigned char>> targets(8, std::vector<unsigned char>(block));
     std::vector<batch_request> requests;
@@ -193,7 +193,7 @@ BOOST_AUTO_TEST_CASE(a_failed_io_fails_its_requests_only_and_read_batch_throws_i
         requests.push_back({targets[i].data(), block, (7 - i) * block});
     batch_options options;
     options.max_io_size = 2 * block;  // four I/Os of two requests
-    nvmeio_test::fault_backend::fail_offset = 4 * block + 5;
+    nvmeio_test::offset_fault_backend::fail_offset = 4 * block + 5;
     const batch_outcome got = transfer_batch(context, in, operation::read, requests, options);
     // File blocks 4 and 5 share an I/O: requests 3 (offset 4 blocks) and 2 (offset 5 blocks).
     for (std::size_t i = 0; i < 8; ++i) {
@@ -209,7 +209,7 @@ BOOST_AUTO_TEST_CASE(a_failed_io_fails_its_requests_only_and_read_batch_throws_i
         BOOST_TEST(e.code() == std::error_code(EIO, std::generic_category()));
         BOOST_TEST(e.offset() == 4 * block);
     }
-    nvmeio_test::fault_backend::fail_offset = ~std::uint64_t{0};
+    nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
 }
 
 BOOST_AUTO_TEST_CASE(unaligned_offset_not_continuing_a_request_is_rejected_by_index) {
@@ -299,13 +299,13 @@ BOOST_AUTO_TEST_CASE(member_by_member_failure_fails_that_member_only) {
         buffers.emplace_back(block);
         requests.push_back({buffers.back().data(), block, i * block});
     }
-    basic_aio_context<nvmeio_test::fault_backend> context({4, 16 * 1024});
+    basic_aio_context<nvmeio_test::offset_fault_backend> context({4, 16 * 1024});
     batch_options options;
     options.min_direct_size = 4096;
     file in(path.str(), open_mode::read);
-    nvmeio_test::fault_backend::fail_offset = 3 * block + 20000;
+    nvmeio_test::offset_fault_backend::fail_offset = 3 * block + 20000;
     const batch_outcome got = transfer_batch(context, in, operation::read, requests, options);
-    nvmeio_test::fault_backend::fail_offset = ~std::uint64_t{0};
+    nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
     for (std::size_t i = 0; i < count; ++i) {
         BOOST_TEST(static_cast<bool>(got.results[i].failure) == (i == 3), "request " << i);
         BOOST_TEST(got.results[i].bytes == (i == 3 ? 0u : block), "request " << i);

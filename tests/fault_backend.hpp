@@ -1,58 +1,275 @@
 #pragma once
-// A Backend policy for fault injection: libaio, except that a request covering the file offset
-// in `fault_backend::fail_offset` completes with `-fail_errno` without reaching the kernel.
+// A test-only Backend policy that wraps a real one and injects the failures a kernel can produce,
+// on a schedule or at random from a seed. The library never sees it: tests instantiate
+// `basic_aio_context<fault_backend<libaio_backend>>` and pass a fault_plan after the options.
 
-#include <atomic>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
 #include <cstdint>
-#include <mutex>
-#include <nvmeio/backend/libaio.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include <nvmeio/backend/request.hpp>
 
 namespace nvmeio_test {
 
+// What goes wrong. Each kind has its own count of opportunities (calls or events it could hit).
+enum class fault {
+    partial_submit,  // io_submit accepts fewer than asked (possibly none, with no error)
+    submit_eagain,   // io_submit returns -EAGAIN and accepts nothing
+    submit_error,    // io_submit returns -EINVAL and accepts nothing (a hard error)
+    reap_eintr,      // io_getevents returns -EINTR and reaps nothing
+    reap_error,      // io_getevents returns -EFAULT and reaps nothing (a hard error)
+    short_result,    // an event reports fewer bytes than were asked (at least 1)
+    event_eagain,    // an event reports -EAGAIN (transient: the range must be asked again)
+    event_eio,       // an event reports -EIO
+    write_enospc,    // a write event reports -ENOSPC
+    write_zero,      // a write event reports 0 bytes (the device accepted nothing)
+    over_result,     // an event reports more bytes than were asked (a broken driver)
+    count_           // not a fault: the number of kinds
+};
+
+inline const char* to_string(fault f) {
+    switch (f) {
+        case fault::partial_submit:
+            return "partial_submit";
+        case fault::submit_eagain:
+            return "submit_eagain";
+        case fault::submit_error:
+            return "submit_error";
+        case fault::reap_eintr:
+            return "reap_eintr";
+        case fault::reap_error:
+            return "reap_error";
+        case fault::short_result:
+            return "short_result";
+        case fault::event_eagain:
+            return "event_eagain";
+        case fault::event_eio:
+            return "event_eio";
+        case fault::write_enospc:
+            return "write_enospc";
+        case fault::write_zero:
+            return "write_zero";
+        case fault::over_result:
+            return "over_result";
+        case fault::count_:
+            break;
+    }
+    return "?";
+}
+
+// Faults after which a transfer must still complete with exact bytes.
+inline const std::vector<fault>& recoverable_faults() {
+    static const std::vector<fault> kinds = {fault::partial_submit, fault::submit_eagain,
+                                             fault::reap_eintr, fault::short_result,
+                                             fault::event_eagain};
+    return kinds;
+}
+
+// Faults that must surface as an io_error naming the failed request.
+inline const std::vector<fault>& fatal_faults() {
+    static const std::vector<fault> kinds = {fault::event_eio, fault::write_enospc,
+                                             fault::write_zero, fault::submit_error,
+                                             fault::over_result};
+    return kinds;
+}
+
+inline bool applies_to_reads(fault f) {
+    return f != fault::write_enospc && f != fault::write_zero;
+}
+
+// When faults strike. With a non-empty `schedule`, a kind strikes at exactly those (0-based)
+// opportunities of its own; otherwise each opportunity strikes with `probability`, drawn from a
+// generator seeded with `seed`. At most `max_faults` strike in all.
+struct fault_plan {
+    std::vector<fault> kinds;
+    std::vector<std::uint64_t> schedule;
+    double probability = 0.0;
+    std::uint64_t seed = 1;
+    std::uint64_t max_faults = std::numeric_limits<std::uint64_t>::max();
+};
+
+// The last request a fault struck, so a test can check what the error names.
+struct struck_request {
+    fault kind = fault::event_eio;
+    nvmeio::operation op = nvmeio::operation::read;
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+};
+
+template <class Inner>
 class fault_backend {
   public:
     static constexpr const char* name = "fault";
-    static inline std::atomic<std::uint64_t> fail_offset{~std::uint64_t{0}};
-    static inline std::atomic<int> fail_errno{5};  // EIO
 
-    explicit fault_backend(unsigned queue_depth) : real_(queue_depth) {
-        failed_.reserve(queue_depth);
-    }
+    fault_backend(unsigned queue_depth, fault_plan plan)
+        : inner_(queue_depth), plan_(std::move(plan)), random_(plan_.seed) {}
+
+    fault_backend(const fault_backend&) = delete;
+    fault_backend& operator=(const fault_backend&) = delete;
 
     int submit(const nvmeio::io_request* requests, std::size_t count) noexcept {
-        const std::uint64_t bad = fail_offset.load();
-        std::size_t i = 0;
-        for (; i < count; ++i) {
-            const nvmeio::io_request& r = requests[i];
-            if (bad >= r.offset && bad < r.offset + r.length) {
-                failed_.push_back({r.user_data, -static_cast<std::int64_t>(fail_errno.load())});
-                continue;
-            }
-            const int rc = real_.submit(&r, 1);
-            if (rc <= 0) return i == 0 ? rc : static_cast<int>(i);
+        if (count == 0) return inner_.submit(requests, count);
+        if (strikes(fault::submit_eagain)) return note(fault::submit_eagain, requests[0], -EAGAIN);
+        if (strikes(fault::submit_error)) return note(fault::submit_error, requests[0], -EINVAL);
+        std::size_t allowed = count;
+        if (strikes(fault::partial_submit)) {
+            allowed = static_cast<std::size_t>(random_() % count);  // 0 .. count-1
+            note(fault::partial_submit, requests[allowed], 0);
+            if (allowed == 0) return 0;
         }
-        return static_cast<int>(i);
+        const int accepted = inner_.submit(requests, allowed);
+        for (int i = 0; i < accepted; ++i)
+            inflight_[requests[i].user_data] = requests[i];
+        return accepted;
     }
 
     int reap(nvmeio::io_completion* out, std::size_t min, std::size_t max,
              const timespec* timeout) noexcept {
-        std::size_t got = 0;
-        while (!failed_.empty() && got < max) {
-            out[got++] = failed_.back();
-            failed_.pop_back();
+        if (strikes(fault::reap_eintr)) {
+            ++injected_;
+            return -EINTR;
         }
-        if (got >= min && got > 0) return static_cast<int>(got);
-        const int rc = real_.reap(out + got, min - got, max - got, timeout);
-        if (rc < 0) return got > 0 ? static_cast<int>(got) : rc;
-        return static_cast<int>(got) + rc;
+        if (strikes(fault::reap_error)) {
+            struck_.kind = fault::reap_error;
+            ++injected_;
+            return -EFAULT;
+        }
+        const int got = inner_.reap(out, min, max, timeout);
+        for (int i = 0; i < got; ++i)
+            alter(out[i]);
+        return got;
     }
 
-    unsigned queue_depth() const noexcept { return real_.queue_depth(); }
+    [[nodiscard]] unsigned queue_depth() const noexcept { return inner_.queue_depth(); }
+
+    // Requests the kernel accepted and the engine has not reaped yet.
+    [[nodiscard]] std::size_t inflight() const noexcept { return inflight_.size(); }
+    // How many faults struck.
+    [[nodiscard]] std::uint64_t injected() const noexcept { return injected_; }
+    // The last request a fault struck.
+    [[nodiscard]] const struck_request& struck() const noexcept { return struck_; }
+    // Stops injecting (the context stays usable for a clean transfer).
+    void disarm() noexcept { plan_.kinds.clear(); }
+    // Starts over with another plan. Reusing one context matters: io_destroy waits for an RCU
+    // grace period (tens of milliseconds), so a context per case would dominate the test's time.
+    void rearm(fault_plan plan) {
+        plan_ = std::move(plan);
+        random_.seed(plan_.seed);
+        for (std::uint64_t& n : opportunities_)
+            n = 0;
+        injected_ = 0;
+        struck_ = {};
+    }
 
   private:
-    nvmeio::libaio_backend real_;
-    std::vector<nvmeio::io_completion> failed_;
+    bool armed(fault f) const noexcept {
+        if (injected_ >= plan_.max_faults) return false;
+        for (fault k : plan_.kinds) {
+            if (k == f) return true;
+        }
+        return false;
+    }
+
+    // Counts an opportunity for `f` and says whether the fault strikes it.
+    bool strikes(fault f) noexcept {
+        if (!armed(f)) return false;
+        const std::uint64_t opportunity = opportunities_[static_cast<int>(f)]++;
+        if (!plan_.schedule.empty()) {
+            for (std::uint64_t at : plan_.schedule) {
+                if (at == opportunity) return true;
+            }
+            return false;
+        }
+        return std::uniform_real_distribution<double>(0.0, 1.0)(random_) < plan_.probability;
+    }
+
+    int note(fault f, const nvmeio::io_request& r, int rc) noexcept {
+        struck_ = {f, r.op, r.offset, r.length};
+        ++injected_;
+        return rc;
+    }
+
+    void alter(nvmeio::io_completion& c) noexcept {
+        const auto found = inflight_.find(c.user_data);
+        if (found == inflight_.end()) return;  // not ours: leave it for the engine to judge
+        const nvmeio::io_request r = found->second;
+        inflight_.erase(found);
+        if (c.result < 0) return;  // a real error passes through untouched
+        if (c.result >= 2 && strikes(fault::short_result)) {
+            // Half the time the claim ends on a 4 KiB boundary, so both the asynchronous
+            // resubmission and the synchronous finish of an unaligned remnant run.
+            auto claimed =
+                static_cast<std::int64_t>(1 + random_() % static_cast<std::uint64_t>(c.result - 1));
+            if (random_() % 2 == 0 && claimed >= 4096) claimed -= claimed % 4096;
+            note(fault::short_result, r, 0);
+            unmove(r, claimed, c.result);
+            c.result = claimed;
+            return;
+        }
+        if (strikes(fault::event_eagain)) {
+            note(fault::event_eagain, r, 0);
+            unmove(r, 0, c.result);
+            c.result = -EAGAIN;
+            return;
+        }
+        if (strikes(fault::event_eio)) {
+            c.result = note(fault::event_eio, r, -EIO);
+            return;
+        }
+        if (r.op == nvmeio::operation::write && strikes(fault::write_enospc)) {
+            c.result = note(fault::write_enospc, r, -ENOSPC);
+            return;
+        }
+        if (strikes(fault::over_result)) {
+            c.result = note(fault::over_result, r, static_cast<int>(r.length) + 1);
+            return;
+        }
+        if (r.op == nvmeio::operation::write && strikes(fault::write_zero)) {
+            c.result = note(fault::write_zero, r, 0);
+            return;
+        }
+    }
+
+    // The kernel moved bytes [from, to) of the request, but the fault says it did not: garble
+    // them, so that an engine which trusts the fault and then forgets those bytes is caught.
+    // A read's bytes are garbled in the buffer; a write's in the file, through a second,
+    // buffered descriptor (the kernel keeps the page cache coherent with O_DIRECT).
+    static void unmove(const nvmeio::io_request& r, std::int64_t from, std::int64_t to) noexcept {
+        if (to <= from) return;
+        const auto count = static_cast<std::size_t>(to - from);
+        if (r.op == nvmeio::operation::read) {
+            std::memset(static_cast<unsigned char*>(r.buffer) + from, 0xEE, count);
+            return;
+        }
+        const std::string self = "/proc/self/fd/" + std::to_string(r.fd);
+        const int fd = ::open(self.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fd < 0) std::abort();  // the fault cannot be simulated faithfully: stop loudly
+        const std::vector<unsigned char> garbage(count, 0xEE);
+        if (::pwrite(fd, garbage.data(), count, static_cast<off_t>(r.offset) + from) !=
+            static_cast<ssize_t>(count)) {
+            std::abort();
+        }
+        ::close(fd);
+    }
+
+    Inner inner_;
+    fault_plan plan_;
+    std::mt19937_64 random_;
+    std::uint64_t opportunities_[static_cast<int>(fault::count_)] = {};
+    std::uint64_t injected_ = 0;
+    struck_request struck_;
+    std::unordered_map<std::uint64_t, nvmeio::io_request> inflight_;
 };
 
 }  // namespace nvmeio_test

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend_support.hpp"
-#include "fault_backend.hpp"
+#include "offset_fault_backend.hpp"
 #include "test_support.hpp"
 
 using namespace nvmeio;
@@ -99,10 +99,10 @@ BOOST_AUTO_TEST_CASE(failure_in_one_piece_names_its_offset) {
     temp_path path("parallel_fault");
     const std::size_t size = 8 * block;
     nvmeio_test::spew(path.str(), nvmeio_test::pattern(size, 2).data(), size);
-    basic_parallel_context<nvmeio_test::fault_backend> context(options_for(4));
+    basic_parallel_context<nvmeio_test::offset_fault_backend> context(options_for(4));
     file in(path.str(), open_mode::read);
     aligned_buffer target(size);
-    nvmeio_test::fault_backend::fail_offset = 5 * block + 100;
+    nvmeio_test::offset_fault_backend::fail_offset = 5 * block + 100;
     try {
         (void)read(context, in, target.data(), size, 0);
         BOOST_ERROR("the injected failure was not reported");
@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE(failure_in_one_piece_names_its_offset) {
     std::error_code ec;
     (void)read(context, in, target.data(), size, 0, {}, ec);
     BOOST_TEST(ec == std::error_code(EIO, std::generic_category()));
-    nvmeio_test::fault_backend::fail_offset = ~std::uint64_t{0};
+    nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
     BOOST_TEST(read(context, in, target.data(), size, 0).bytes == size);
 }
 

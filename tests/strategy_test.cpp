@@ -65,7 +65,8 @@ void round_trip(std::size_t size, unsigned depth, std::size_t block_size,
         BOOST_TEST_REQUIRE(in.is_direct());
         const transfer_result got = read(context, in, target.data(), size, 0, config);
         BOOST_TEST(got.bytes == size);
-        BOOST_TEST(std::memcmp(target.data(), expected.data(), size) == 0);
+        // memcmp with a null pointer is undefined even for 0 bytes (UBSan stops there).
+        if (size != 0) BOOST_TEST(std::memcmp(target.data(), expected.data(), size) == 0);
         std::size_t touched = 0;
         for (std::size_t i = size; i < target.capacity(); ++i) {
             touched += target.data()[i] != std::byte{0xAB};

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend_support.hpp"
-#include "fault_backend.hpp"
+#include "offset_fault_backend.hpp"
 #include "test_support.hpp"
 
 using namespace nvmeio;
@@ -109,7 +109,7 @@ BOOST_AUTO_TEST_CASE(striped_read_past_the_end_stops_at_the_first_missing_byte) 
 }
 
 BOOST_AUTO_TEST_CASE(failure_names_the_file_and_its_offset) {
-    basic_parallel_context<nvmeio_test::fault_backend> context(options_for(3));
+    basic_parallel_context<nvmeio_test::offset_fault_backend> context(options_for(3));
     scratch_files scratch(2);
     const std::size_t size = 8 * unit;
     {
@@ -120,7 +120,7 @@ BOOST_AUTO_TEST_CASE(failure_names_the_file_and_its_offset) {
     std::vector<unsigned char> target(size);
     // File offset 2 units + 1 exists in both files: logical units 4 and 5 sit there; the
     // first in logical order is unit 4, in file 0.
-    nvmeio_test::fault_backend::fail_offset = 2 * unit + 1;
+    nvmeio_test::offset_fault_backend::fail_offset = 2 * unit + 1;
     try {
         (void)read(context, in, target.data(), size, 0);
         BOOST_ERROR("the injected failure was not thrown");
@@ -129,7 +129,7 @@ BOOST_AUTO_TEST_CASE(failure_names_the_file_and_its_offset) {
         BOOST_TEST(e.path() == scratch.names[0]);
         BOOST_TEST(e.offset() == 2 * unit);
     }
-    nvmeio_test::fault_backend::fail_offset = ~std::uint64_t{0};
+    nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
 }
 
 BOOST_AUTO_TEST_CASE(bad_stripe_settings_are_rejected) {

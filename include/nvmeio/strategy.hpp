@@ -26,6 +26,7 @@
 #include <system_error>
 
 #include "nvmeio/aio_context.hpp"
+#include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/detail/transfer_engine.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
@@ -239,6 +240,58 @@ transfer_result write(basic_aio_context<Backend>& context, file& f, const void* 
                       std::error_code& ec) {
     return transfer(context, f, operation::write, const_cast<void*>(buffer), length, offset, config,
                     ec);
+}
+
+namespace detail {
+
+// A raw pointer carries no size; an aligned_buffer does, so a length it cannot hold is refused
+// before anything touches memory past its end.
+inline void check_buffer_holds(const aligned_buffer& buffer, std::size_t length, operation op,
+                               const file& f, std::uint64_t offset) {
+    if (length > buffer.size()) {
+        throw_invalid(std::string(to_string(op)) + " of " + std::to_string(length) +
+                      " bytes at offset " + std::to_string(offset) + " in '" + f.path() +
+                      "': the buffer holds only " + std::to_string(buffer.size()) + " bytes");
+    }
+}
+
+}  // namespace detail
+
+/// Reads `length` bytes at `offset` of `f` into `buffer`; throws std::invalid_argument when
+/// `length > buffer.size()` (and for the O_DIRECT rules above), io_error on failure.
+template <class Backend>
+transfer_result read(basic_aio_context<Backend>& context, file& f, aligned_buffer& buffer,
+                     std::size_t length, std::uint64_t offset, const transfer_config& config = {}) {
+    detail::check_buffer_holds(buffer, length, operation::read, f, offset);
+    return read(context, f, buffer.data(), length, offset, config);
+}
+
+/// As above; reports I/O failure through `ec` (bad parameters still throw).
+template <class Backend>
+transfer_result read(basic_aio_context<Backend>& context, file& f, aligned_buffer& buffer,
+                     std::size_t length, std::uint64_t offset, const transfer_config& config,
+                     std::error_code& ec) {
+    detail::check_buffer_holds(buffer, length, operation::read, f, offset);
+    return read(context, f, buffer.data(), length, offset, config, ec);
+}
+
+/// Writes `length` bytes of `buffer` at `offset` of `f`; throws std::invalid_argument when
+/// `length > buffer.size()` (and for the O_DIRECT rules above), io_error on failure.
+template <class Backend>
+transfer_result write(basic_aio_context<Backend>& context, file& f, const aligned_buffer& buffer,
+                      std::size_t length, std::uint64_t offset,
+                      const transfer_config& config = {}) {
+    detail::check_buffer_holds(buffer, length, operation::write, f, offset);
+    return write(context, f, buffer.data(), length, offset, config);
+}
+
+/// As above; reports I/O failure through `ec` (bad parameters still throw).
+template <class Backend>
+transfer_result write(basic_aio_context<Backend>& context, file& f, const aligned_buffer& buffer,
+                      std::size_t length, std::uint64_t offset, const transfer_config& config,
+                      std::error_code& ec) {
+    detail::check_buffer_holds(buffer, length, operation::write, f, offset);
+    return write(context, f, buffer.data(), length, offset, config, ec);
 }
 
 }  // namespace nvmeio

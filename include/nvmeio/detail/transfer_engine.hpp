@@ -157,7 +157,7 @@ class transfer_engine {
                              static_cast<off_t>(length_));
         } while (rc != 0 && errno == EINTR);
         if (rc != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
-            fail({errno_code(errno), "fallocate (reserving the range before writing)", file_.path(),
+            fail({errno_code(errno), "write (reserving its range with fallocate)", file_.path(),
                   offset_, length_});
         }
     }

@@ -120,7 +120,8 @@ struct summary_stats {
     std::ifstream in(path);
     std::string line;
     std::getline(in, line);
-    while (!line.empty() && (line.back() == ' ' || line.back() == '\n')) line.pop_back();
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\n'))
+        line.pop_back();
     return line;
 }
 
@@ -158,7 +159,8 @@ struct summary_stats {
             const std::string scheduler = read_first_line(queue + "scheduler");
             const std::string model = read_first_line("/sys/block/" + block + "/device/model");
             if (!model.empty()) device += " (" + model + ")";
-            if (!rotational.empty()) device += rotational == "0" ? ", non-rotational" : ", rotating";
+            if (!rotational.empty())
+                device += rotational == "0" ? ", non-rotational" : ", rotating";
             if (!scheduler.empty()) device += ", scheduler " + scheduler;
         }
     }
@@ -200,7 +202,8 @@ inline void fill_pattern(std::byte* data, std::size_t length, std::uint64_t offs
         x ^= x >> 29;
         std::memcpy(data + i, &x, 8);
     }
-    for (; i < length; ++i) data[i] = static_cast<std::byte>((offset + i) * 131u);
+    for (; i < length; ++i)
+        data[i] = static_cast<std::byte>((offset + i) * 131u);
 }
 
 /// Makes sure `path` exists with at least `size` bytes: a missing or shorter file is (re)written
@@ -237,7 +240,8 @@ inline bool prepare_file(const std::string& path, std::uint64_t size) {
         const std::size_t got = f.read_at(chunk.data(), want, offset + done);
         if (got < want || std::memcmp(chunk.data(), data + done, got) != 0) {
             std::size_t i = 0;
-            while (i < got && chunk[i] == data[done + i]) ++i;
+            while (i < got && chunk[i] == data[done + i])
+                ++i;
             return offset + done + i;
         }
         done += got;
@@ -249,15 +253,15 @@ inline bool prepare_file(const std::string& path, std::uint64_t size) {
 
 /// One configuration of the nvmeio engine.
 struct run_config {
-    operation op = operation::read;                        ///< Direction.
-    std::string path;                                      ///< The file.
-    std::uint64_t size = 0;                                ///< Bytes moved per pass.
-    std::size_t block_size = std::size_t{1} << 20;         ///< Bytes per request.
-    unsigned queue_depth = 32;                             ///< Requests in flight per thread.
-    strategy_kind strategy = strategy_kind::overlapped;    ///< Overlapped or sequential.
-    submit_mode submit = submit_mode::block;               ///< Single or block submit.
-    unsigned threads = 1;                                  ///< P: threads, each with a slice.
-    std::string backend = "libaio";                        ///< Only "libaio" exists today.
+    operation op = operation::read;                      ///< Direction.
+    std::string path;                                    ///< The file.
+    std::uint64_t size = 0;                              ///< Bytes moved per pass.
+    std::size_t block_size = std::size_t{1} << 20;       ///< Bytes per request.
+    unsigned queue_depth = 32;                           ///< Requests in flight per thread.
+    strategy_kind strategy = strategy_kind::overlapped;  ///< Overlapped or sequential.
+    submit_mode submit = submit_mode::block;             ///< Single or block submit.
+    unsigned threads = 1;                                ///< P: threads, each with a slice.
+    std::string backend = "libaio";                      ///< Only "libaio" exists today.
 };
 
 /// The backends the tools know; the first is the default.
@@ -289,8 +293,8 @@ struct slice {
 
 /// What one measured pass did, all threads together.
 struct run_result {
-    transfer_perf perf;     ///< Latencies merged over threads (see merge_latency), e2e, bytes.
-    double cpu_seconds = 0; ///< User + system CPU of the whole process during the pass.
+    transfer_perf perf;      ///< Latencies merged over threads (see merge_latency), e2e, bytes.
+    double cpu_seconds = 0;  ///< User + system CPU of the whole process during the pass.
     /// CPU seconds spent per GiB moved.
     [[nodiscard]] double cpu_seconds_per_gib() const noexcept {
         return perf.bytes > 0 ? cpu_seconds / (static_cast<double>(perf.bytes) / gib) : 0;
@@ -409,7 +413,8 @@ class runner {
             released = true;
         }
         go.notify_all();
-        for (std::thread& t : threads) t.join();
+        for (std::thread& t : threads)
+            t.join();
         const auto stop = std::chrono::steady_clock::now();
         const double cpu_after = process_cpu_seconds();
 
@@ -451,7 +456,8 @@ inline run_result buffered_read(const std::string& path, std::byte* buffer, std:
     const double cpu_before = process_cpu_seconds();
     const auto start = std::chrono::steady_clock::now();
     for (std::uint64_t at = 0; at < size;) {
-        const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - at));
+        const std::size_t want =
+            static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - at));
         const std::size_t got = f.read_at(buffer + at, want, at);
         if (got == 0) break;
         at += got;

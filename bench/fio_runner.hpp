@@ -35,8 +35,8 @@ namespace nvmeio::bench {
 
 /// What a child process printed and how it ended.
 struct command_result {
-    int status = -1;       ///< Exit status (-1 when it did not exit normally).
-    std::string output;    ///< Its standard output.
+    int status = -1;     ///< Exit status (-1 when it did not exit normally).
+    std::string output;  ///< Its standard output.
 };
 
 /// Runs `argv` (argv[0] a path) with stdout captured and stderr passed through.
@@ -50,7 +50,8 @@ struct command_result {
         ::close(pipe_ends[0]);
         ::close(pipe_ends[1]);
         std::vector<char*> args;
-        for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        for (const std::string& a : argv)
+            args.push_back(const_cast<char*>(a.c_str()));
         args.push_back(nullptr);
         ::execv(args[0], args.data());
         ::_exit(127);
@@ -101,7 +102,8 @@ struct fio_result {
                                                           std::uint64_t size) {
     const std::vector<slice> slices = split(size, config.threads, config.block_size);
     unsigned jobs = 0;
-    for (const slice& s : slices) jobs += s.length > 0 ? 1 : 0;
+    for (const slice& s : slices)
+        jobs += s.length > 0 ? 1 : 0;
     // fio gives every job the same size; nvmeio's split gives equal slices but for the last.
     const std::uint64_t per = slices.front().length;
     return {fio,
@@ -140,8 +142,9 @@ struct fio_result {
             result.bytes += io.at("io_bytes").get<std::uint64_t>();
             const double runtime_ms = job.at("job_runtime").get<double>();
             result.elapsed_ms = std::max(result.elapsed_ms, io.at("runtime").get<double>());
-            result.cpu_seconds += (job.at("usr_cpu").get<double>() + job.at("sys_cpu").get<double>()) /
-                                  100.0 * runtime_ms / 1000.0;
+            result.cpu_seconds +=
+                (job.at("usr_cpu").get<double>() + job.at("sys_cpu").get<double>()) / 100.0 *
+                runtime_ms / 1000.0;
             if (job.value("error", 0) != 0) {
                 result.error = "fio job error " + std::to_string(job.value("error", 0));
                 return result;

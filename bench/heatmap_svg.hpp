@@ -15,14 +15,14 @@ namespace nvmeio::bench {
 
 /// The data of a heat map: `values[row][column]`, empty where nothing was measured.
 struct heatmap {
-    std::string title;                                     ///< First line on top.
-    std::string subtitle;                                  ///< Second line: method, units.
-    std::string row_label;                                 ///< Vertical axis name.
-    std::string column_label;                              ///< Horizontal axis name.
-    std::vector<std::string> rows;                         ///< Row names, top to bottom.
-    std::vector<std::string> columns;                      ///< Column names, left to right.
+    std::string title;                                       ///< First line on top.
+    std::string subtitle;                                    ///< Second line: method, units.
+    std::string row_label;                                   ///< Vertical axis name.
+    std::string column_label;                                ///< Horizontal axis name.
+    std::vector<std::string> rows;                           ///< Row names, top to bottom.
+    std::vector<std::string> columns;                        ///< Column names, left to right.
     std::vector<std::vector<std::optional<double>>> values;  ///< [row][column].
-    std::string unit = "GB/s";                             ///< Printed with the legend.
+    std::string unit = "GB/s";                               ///< Printed with the legend.
 };
 
 namespace detail {
@@ -31,11 +31,20 @@ inline std::string xml_escape(const std::string& text) {
     std::string out;
     for (char c : text) {
         switch (c) {
-            case '<': out += "&lt;"; break;
-            case '>': out += "&gt;"; break;
-            case '&': out += "&amp;"; break;
-            case '"': out += "&quot;"; break;
-            default: out += c;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '&':
+                out += "&amp;";
+                break;
+            case '"':
+                out += "&quot;";
+                break;
+            default:
+                out += c;
         }
     }
     return out;
@@ -44,8 +53,8 @@ inline std::string xml_escape(const std::string& text) {
 // A perceptually ordered scale from dark blue (low) through teal and green to yellow (high),
 // close to viridis; `t` in [0, 1].
 inline std::string scale_colour(double t) {
-    static const double stops[][3] = {{68, 1, 84},    {59, 82, 139},  {33, 145, 140},
-                                      {94, 201, 98},  {253, 231, 37}};
+    static const double stops[][3] = {
+        {68, 1, 84}, {59, 82, 139}, {33, 145, 140}, {94, 201, 98}, {253, 231, 37}};
     t = std::clamp(t, 0.0, 1.0) * 4.0;
     const int i = std::min(3, static_cast<int>(t));
     const double f = t - i;
@@ -78,14 +87,14 @@ inline void write_svg(std::ostream& out, const heatmap& map) {
         }
     }
     auto fraction = [&](double v) { return hi > lo ? (v - lo) / (hi - lo) : 1.0; };
-    auto text = [&](double x, double y, const std::string& s, const char* extra) {
-        char head[160];
-        std::snprintf(head, sizeof head, "<text x=\"%.1f\" y=\"%.1f\" %s>", x, y, extra);
+    auto text = [&](double x, double y, const std::string& s, const std::string& extra) {
+        char head[256];
+        std::snprintf(head, sizeof head, "<text x=\"%.1f\" y=\"%.1f\" %s>", x, y, extra.c_str());
         out << head << detail::xml_escape(s) << "</text>\n";
     };
 
-    out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
-        << height << "\" viewBox=\"0 0 " << width << " " << height
+    out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+        << "\" viewBox=\"0 0 " << width << " " << height
         << "\" font-family=\"DejaVu Sans, Arial, sans-serif\">\n"
         << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
     text(12, 26, map.title, "font-size=\"17\" font-weight=\"bold\"");
@@ -104,25 +113,26 @@ inline void write_svg(std::ostream& out, const heatmap& map) {
              "font-size=\"12\" text-anchor=\"end\" font-weight=\"bold\"");
         for (int c = 0; c < cols; ++c) {
             const int x = left + c * cell_w, y = top + r * cell_h;
-            const std::optional<double> v =
-                r < static_cast<int>(map.values.size()) &&
-                        c < static_cast<int>(map.values[r].size())
-                    ? map.values[r][c]
-                    : std::nullopt;
-            const std::string fill = v ? detail::scale_colour(fraction(*v)) : "#eeeeee";
-            out << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << cell_w
-                << "\" height=\"" << cell_h << "\" fill=\"" << fill
-                << "\" stroke=\"white\" stroke-width=\"2\"><title>" << detail::xml_escape(map.rows[r])
-                << ", " << detail::xml_escape(map.columns[c]) << "</title></rect>\n";
+            const bool has = r < static_cast<int>(map.values.size()) &&
+                             c < static_cast<int>(map.values[r].size()) &&
+                             map.values[r][c].has_value();
+            const double v = has ? map.values[r][c].value_or(0.0) : 0.0;
+            const std::string fill = has ? detail::scale_colour(fraction(v)) : "#eeeeee";
+            out << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << cell_w << "\" height=\""
+                << cell_h << "\" fill=\"" << fill
+                << "\" stroke=\"white\" stroke-width=\"2\"><title>"
+                << detail::xml_escape(map.rows[r]) << ", " << detail::xml_escape(map.columns[c])
+                << "</title></rect>\n";
             char value[32];
-            if (v) {
-                std::snprintf(value, sizeof value, "%.3g", *v);
+            if (has) {
+                std::snprintf(value, sizeof value, "%.3g", v);
             } else {
                 std::snprintf(value, sizeof value, "-");
             }
             text(x + cell_w / 2.0, y + cell_h / 2.0 + 5, value,
-                 v && fraction(*v) > 0.6 ? "font-size=\"13\" text-anchor=\"middle\" fill=\"#111\""
-                                         : "font-size=\"13\" text-anchor=\"middle\" fill=\"#fff\"");
+                 has && fraction(v) > 0.6
+                     ? "font-size=\"13\" text-anchor=\"middle\" fill=\"#111\""
+                     : "font-size=\"13\" text-anchor=\"middle\" fill=\"#fff\"");
         }
     }
     // Legend: a gradient bar from the smallest to the largest value.
@@ -130,8 +140,8 @@ inline void write_svg(std::ostream& out, const heatmap& map) {
     const int legend_w = std::min(300, width - left - 20);
     out << "<defs><linearGradient id=\"scale\">\n";
     for (int i = 0; i <= 8; ++i) {
-        out << "<stop offset=\"" << i * 12.5 << "%\" stop-color=\""
-            << detail::scale_colour(i / 8.0) << "\"/>\n";
+        out << "<stop offset=\"" << i * 12.5 << "%\" stop-color=\"" << detail::scale_colour(i / 8.0)
+            << "\"/>\n";
     }
     out << "</linearGradient></defs>\n";
     out << "<rect x=\"" << left << "\" y=\"" << legend_y << "\" width=\"" << legend_w

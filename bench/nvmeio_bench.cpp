@@ -37,11 +37,11 @@ int main(int argc, char** argv) {
     app.add_option("--op", op_name, "read or write")
         ->check(CLI::IsMember({"read", "write"}))
         ->capture_default_str();
-    app.add_option("-f,--file", path, "The file; created with a test pattern when missing or "
-                                      "shorter than --size")
+    app.add_option("-f,--file", path,
+                   "The file; created with a test pattern when missing or "
+                   "shorter than --size")
         ->required();
-    app.add_option("-s,--size", size_text,
-                   "Bytes per pass (e.g. 1G); default: the file's size");
+    app.add_option("-s,--size", size_text, "Bytes per pass (e.g. 1G); default: the file's size");
     app.add_option("-b,--block-size", block_text, "Bytes per request (e.g. 1M)")
         ->capture_default_str();
     app.add_option("-q,--queue-depth", queue_depth, "Requests in flight per thread")
@@ -84,8 +84,8 @@ int main(int argc, char** argv) {
         config.queue_depth = queue_depth;
         config.strategy = strategy_name == "overlapped" ? nvmeio::strategy_kind::overlapped
                                                         : nvmeio::strategy_kind::sequential;
-        config.submit = submit_name == "single" ? nvmeio::submit_mode::single
-                                                : nvmeio::submit_mode::block;
+        config.submit =
+            submit_name == "single" ? nvmeio::submit_mode::single : nvmeio::submit_mode::block;
         config.threads = threads;
         config.backend = backend;
         if (!size_text.empty()) {
@@ -146,7 +146,8 @@ int main(int argc, char** argv) {
         }
         const bench::summary_stats rate = bench::summarize(rates);
         std::vector<double> cpus;
-        for (const auto& r : results) cpus.push_back(r.cpu_seconds_per_gib());
+        for (const auto& r : results)
+            cpus.push_back(r.cpu_seconds_per_gib());
         const bench::summary_stats cpu = bench::summarize(cpus);
         const std::string machine = bench::describe_machine(path);
 
@@ -162,23 +163,25 @@ int main(int argc, char** argv) {
             doc["cache"] = cache;
             doc["warmup"] = warmup;
             doc["loops"] = nlohmann::json::array();
-            for (const auto& r : results) doc["loops"].push_back(bench::result_json(r));
+            for (const auto& r : results)
+                doc["loops"].push_back(bench::result_json(r));
             doc["gb_per_s"] = bench::stats_json(rate);
             doc["cpu_seconds_per_gib"] = bench::stats_json(cpu);
             doc["validation"] = validation;
             std::cout << doc.dump(2) << "\n";
         } else {
             std::printf("nvmeio-bench  machine: %s\n", machine.c_str());
-            std::printf("file %s (%s), %s %s bytes per pass, block %s, queue depth %u, %s/%s, "
-                        "%u thread(s), backend %s, O_DIRECT, %u warm-up + %u measured passes, "
-                        "cache %s%s\n",
-                        path.c_str(), created ? "created" : "existing", op_name.c_str(),
-                        std::to_string(config.size).c_str(), bench::format_size(config.block_size).c_str(),
-                        config.queue_depth, strategy_name.c_str(), submit_name.c_str(),
-                        config.threads, backend.c_str(), warmup, loops, cache.c_str(),
-                        cache == "cold" ? " (page cache dropped before every pass)" : "");
-            std::printf("%-6s %9s %9s %10s | %-26s | %-26s\n", "pass", "GB/s", "ms",
-                        "CPU s/GiB", "submit us  avg / p99", "complete us  avg / p99");
+            std::printf(
+                "file %s (%s), %s %s bytes per pass, block %s, queue depth %u, %s/%s, "
+                "%u thread(s), backend %s, O_DIRECT, %u warm-up + %u measured passes, "
+                "cache %s%s\n",
+                path.c_str(), created ? "created" : "existing", op_name.c_str(),
+                std::to_string(config.size).c_str(), bench::format_size(config.block_size).c_str(),
+                config.queue_depth, strategy_name.c_str(), submit_name.c_str(), config.threads,
+                backend.c_str(), warmup, loops, cache.c_str(),
+                cache == "cold" ? " (page cache dropped before every pass)" : "");
+            std::printf("%-6s %9s %9s %10s | %-26s | %-26s\n", "pass", "GB/s", "ms", "CPU s/GiB",
+                        "submit us  avg / p99", "complete us  avg / p99");
             for (std::size_t i = 0; i < results.size(); ++i) {
                 const auto& p = results[i].perf;
                 std::printf("%-6zu %9.3f %9.1f %10.4f | %12.1f %12.1f | %12.1f %12.1f\n", i + 1,
@@ -188,9 +191,10 @@ int main(int argc, char** argv) {
             }
             std::printf("median %9.3f GB/s (min %.3f, max %.3f, spread %.1f%%), CPU %.4f s/GiB\n",
                         rate.median, rate.min, rate.max, 100 * rate.spread(), cpu.median);
-            std::printf("validation: %s\n(GB/s: 10^9 bytes per second; latency percentiles are "
-                        "the worst thread's)\n",
-                        validation.c_str());
+            std::printf(
+                "validation: %s\n(GB/s: 10^9 bytes per second; latency percentiles are "
+                "the worst thread's)\n",
+                validation.c_str());
         }
         return validation.rfind("failed", 0) == 0 ? 1 : 0;
     } catch (const std::exception& e) {

@@ -68,14 +68,18 @@ inline std::string scale_colour(double t) {
 
 }  // namespace detail
 
-/// Writes `map` as an SVG document. Cells scale linearly from the smallest to the largest value;
-/// text is dark on light cells and light on dark ones.
+/// Writes `map` as an SVG document. Colours scale linearly from the smallest to the largest value
+/// (the legend states both), the highest cell is outlined in red, text is dark on light cells
+/// and light on dark ones.
 inline void write_svg(std::ostream& out, const heatmap& map) {
     const int cell_w = 96, cell_h = 40, left = 110, top = 96, legend_h = 70;
     const int cols = static_cast<int>(map.columns.size());
     const int rows = static_cast<int>(map.rows.size());
-    const int width = std::max(left + cols * cell_w + 30, 520);
-    const int height = top + rows * cell_h + 50 + legend_h;
+    // Roughly 7 px per character at the sizes used below: wide enough for the longest line.
+    const int text_width =
+        static_cast<int>(12 + 7.2 * std::max<double>(map.subtitle.size(), map.title.size() * 1.3));
+    const int width = std::max({left + cols * cell_w + 30, 600, text_width});
+    const int height = top + rows * cell_h + legend_h;
     double lo = 0, hi = 0;
     bool any = false;
     for (const auto& row : map.values) {
@@ -129,6 +133,11 @@ inline void write_svg(std::ostream& out, const heatmap& map) {
             } else {
                 std::snprintf(value, sizeof value, "-");
             }
+            if (has && v == hi) {  // the best cell: outlined so it is found at a glance
+                out << "<rect x=\"" << x + 2 << "\" y=\"" << y + 2 << "\" width=\"" << cell_w - 4
+                    << "\" height=\"" << cell_h - 4
+                    << "\" fill=\"none\" stroke=\"#d62728\" stroke-width=\"3\"/>\n";
+            }
             text(x + cell_w / 2.0, y + cell_h / 2.0 + 5, value,
                  has && fraction(v) > 0.6
                      ? "font-size=\"13\" text-anchor=\"middle\" fill=\"#111\""
@@ -137,7 +146,7 @@ inline void write_svg(std::ostream& out, const heatmap& map) {
     }
     // Legend: a gradient bar from the smallest to the largest value.
     const int legend_y = top + rows * cell_h + 28;
-    const int legend_w = std::min(300, width - left - 20);
+    const int legend_w = 260;
     out << "<defs><linearGradient id=\"scale\">\n";
     for (int i = 0; i <= 8; ++i) {
         out << "<stop offset=\"" << i * 12.5 << "%\" stop-color=\"" << detail::scale_colour(i / 8.0)
@@ -152,6 +161,8 @@ inline void write_svg(std::ostream& out, const heatmap& map) {
     std::snprintf(label, sizeof label, "%.3g %s", hi, map.unit.c_str());
     text(left + legend_w, legend_y + 30, label, "font-size=\"11\" text-anchor=\"end\"");
     text(left - 10, legend_y + 12, map.unit, "font-size=\"11\" text-anchor=\"end\"");
+    text(left + legend_w + 16, legend_y + 12, "red outline: highest value",
+         "font-size=\"11\" fill=\"#d62728\"");
     out << "</svg>\n";
 }
 

@@ -191,6 +191,13 @@ struct summary_stats {
     return true;
 }
 
+/// Flushes `path`'s data to the device (`fdatasync`) so that one write run's data does not drain
+/// during the next. Cheaper than a global `sync` on a machine other programs keep busy.
+inline void flush_file(const std::string& path) {
+    file f(path, open_mode::read, direct_io::off);
+    f.sync();
+}
+
 // ----------------------------------------------------------------------------------- the file
 
 /// Deterministic content for a fresh benchmark file: every 8-byte word depends on its offset,
@@ -206,12 +213,20 @@ inline void fill_pattern(std::byte* data, std::size_t length, std::uint64_t offs
         data[i] = static_cast<std::byte>((offset + i) * 131u);
 }
 
-/// Makes sure `path` exists with at least `size` bytes: a missing or shorter file is (re)written
-/// whole with the pattern through O_DIRECT and flushed. Returns true when it wrote the file.
+/// Makes sure `path` exists with at least `size` bytes: a missing file is written with the
+/// pattern through O_DIRECT and flushed (returns true); an existing one is used as it is when it
+/// is long enough (returns false). An existing shorter file is never overwritten: that is
+/// std::invalid_argument naming both sizes.
 inline bool prepare_file(const std::string& path, std::uint64_t size) {
     struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= size) {
-        return false;
+    if (::stat(path.c_str(), &st) == 0) {
+        const auto has = static_cast<std::uint64_t>(st.st_size);
+        if (has >= size) return false;
+        throw std::invalid_argument("'" + path + "' has " + std::to_string(has) +
+                                    " bytes, fewer than the " + std::to_string(size) +
+                                    " asked for; the tools create missing files only (remove it, "
+                                    "or ask for at most " +
+                                    std::to_string(has) + " bytes)");
     }
     file f(path, open_mode::write, direct_io::automatic);
     const std::size_t chunk = std::size_t{8} << 20;

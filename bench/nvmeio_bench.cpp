@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
         if (is_read && warm) cache = "warm";
         auto before_pass = [&] {
             if (!is_read) {
-                ::sync();
+                bench::flush_file(path);
                 return;
             }
             if (warm) return;

@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
                                                      why + "); no run is labelled cold after it");
                         }
                     } else if (!is_read) {
-                        ::sync();
+                        bench::flush_file(path);
                     }
                     run_record r;
                     r.index = records.size();
@@ -458,15 +458,15 @@ int main(int argc, char** argv) {
                              {"vs_fio", vs_fio},
                              {"references", references},
                              {"seed", seed}};
-        doc["method"] =
-            std::string(
-                "each run moves the whole --size bytes once; runs are shuffled per "
-                "repeat and fio runs next to the nvmeio runs of the same block size, "
-                "depth and threads; reads: ") +
-            (warm ? "page cache NOT dropped (warm)"
-                  : "sync + drop_caches before every read run (cold)") +
-            "; writes: sync before each run, no fsync inside the timed part (as fio's default); "
-            "GB/s = 10^9 bytes/s; CPU s/GiB from getrusage (nvmeio) and fio's usr+sys";
+        doc["method"] = std::string(
+                            "each run moves the whole --size bytes once; runs are shuffled per "
+                            "repeat and fio runs next to the nvmeio runs of the same block size, "
+                            "depth and threads; reads: ") +
+                        (warm ? "page cache NOT dropped (warm)"
+                              : "sync + drop_caches before every read run (cold)") +
+                        "; writes: fdatasync of the file before each run, none inside the timed "
+                        "part (as fio's default); "
+                        "GB/s = 10^9 bytes/s; CPU s/GiB from getrusage (nvmeio) and fio's usr+sys";
         doc["cache"] = any_read ? read_cache : "n/a";
         doc["runs_planned"] = planned;
         doc["runs_done"] = records.size();

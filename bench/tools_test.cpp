@@ -366,3 +366,15 @@ BOOST_AUTO_TEST_CASE(tune_vs_fio_reports_both_rates_and_the_ratio_per_point) {
         BOOST_TEST(p["ratio_to_fio"].get<double>() == expected, boost::test_tools::tolerance(1e-9));
     }
 }
+
+BOOST_AUTO_TEST_CASE(bench_never_overwrites_an_existing_file_that_is_too_short) {
+    nvmeio_test::temp_path path("bench-short");
+    const std::vector<unsigned char> original = nvmeio_test::pattern(65536, 3);
+    nvmeio_test::spew(path.str(), original.data(), original.size());
+    const ran r =
+        run(quoted(tool("NVMEIO_BENCH")) + " -f " + quoted(path.str()) + " -s 1M -b 64K --warm",
+            "bench-short");
+    BOOST_TEST(r.status != 0);
+    BOOST_TEST(r.err.find("65536 bytes") != std::string::npos, r.err);
+    BOOST_TEST(nvmeio_test::slurp(path.str()) == original);
+}

@@ -222,15 +222,16 @@ BOOST_AUTO_TEST_CASE(tune_sweeps_every_combination_and_writes_csv_json_and_heat_
     nvmeio_test::temp_path path("tune");
     const std::string dir = out_dir("tune-out");
     const ran r = run(quoted(tool("NVMEIO_TUNE")) + " -f " + quoted(path.str()) +
-                          " -s 2M -b 64K,128K -q 2,4 -p 1,2 -r 2 --warm -o " + quoted(dir),
+                          " -s 2M -b 64K,128K -q 2,4 -p 1,2 --single-submit off -r 2 --warm -o " +
+                          quoted(dir),
                       "tune");
     BOOST_TEST_REQUIRE(r.status == 0, r.err);
     BOOST_TEST(r.err.find('\r') == std::string::npos);  // no progress line when not a terminal
     BOOST_TEST(r.err.empty(), r.err);
 
-    // CSV: every run, 2 ops x 2 block sizes x 2 depths x 2 overlap x 2 submit x 2 threads x 2.
+    // CSV: every run, 2 ops x 2 block sizes x 2 depths x 2 overlap x 1 submit x 2 threads x 2.
     const auto rows = read_csv(dir + "/runs.csv");
-    BOOST_TEST_REQUIRE(rows.size() == 1u + 128u);
+    BOOST_TEST_REQUIRE(rows.size() == 1u + 64u);
     const auto& header = rows[0];
     const std::size_t op = column(header, "op"), method = column(header, "method"),
                       cache = column(header, "cache"), bytes = column(header, "bytes"),
@@ -251,16 +252,18 @@ BOOST_AUTO_TEST_CASE(tune_sweeps_every_combination_and_writes_csv_json_and_heat_
             BOOST_TEST(rows[i][cache] == "n/a");
         }
     }
-    BOOST_TEST(reads == 64u);
+    BOOST_TEST(reads == 32u);
 
     const json doc = json::parse(read_text(dir + "/summary.json"));
-    BOOST_TEST(doc["runs_planned"] == 128);
-    BOOST_TEST(doc["runs_done"] == 128);
+    BOOST_TEST(doc["runs_planned"] == 64);
+    BOOST_TEST(doc["runs_done"] == 64);
     BOOST_TEST(doc["budget_exhausted"] == false);
     BOOST_TEST(doc["cache"] == "warm");
-    BOOST_TEST(doc["points"].size() == 64u);
-    for (const json& p : doc["points"])
+    BOOST_TEST(doc["points"].size() == 32u);
+    for (const json& p : doc["points"]) {
         BOOST_TEST(p["gb_per_s"]["count"] == 2);
+        BOOST_TEST(p["single_submit"] == false);
+    }
     for (const char* which : {"read", "write", "both"}) {
         BOOST_TEST_REQUIRE(doc["best"].contains(which), which);
         const json& aio = doc["best"][which]["aio"];

@@ -16,6 +16,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -129,6 +130,7 @@ int main(int argc, char** argv) {
     std::vector<unsigned> thread_counts{1, 2, 4, 8};
     unsigned repeats = 3;
     double budget = 0;
+    double pause = 0;
     bool warm = false;
     bool vs_fio = false;
     bool references = false;
@@ -173,6 +175,10 @@ int main(int argc, char** argv) {
     app.add_option("--budget", budget,
                    "Seconds: start no new run after this (0 = no limit); every point gets its "
                    "first run before any gets a second")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--pause", pause,
+                   "Seconds to sleep before each run (after the cache drop), so that the "
+                   "device finishes what the previous run left behind")
         ->check(CLI::NonNegativeNumber);
     app.add_flag("--warm", warm,
                  "Do not drop the page cache before reads; the runs are labelled warm. Needed "
@@ -297,11 +303,10 @@ int main(int argc, char** argv) {
             std::vector<std::vector<task>> order = groups;
             std::shuffle(order.begin(), order.end(), shuffle_engine);
             for (auto& group : order) {
-                // fio goes first in odd repeats and last in even ones, so neither side always
-                // runs right after the other.
-                if (repeat % 2 == 1 && group.back().method == "fio") {
-                    std::rotate(group.rbegin(), group.rbegin() + 1, group.rend());
-                }
+                // The order inside a group is shuffled too: a run is slowed by what ran just
+                // before it (the device is still writing back, a process just exited), and a
+                // fixed position would hand that cost to one method more than to the other.
+                std::shuffle(group.begin(), group.end(), shuffle_engine);
                 for (const task& t : group) {
                     if (budget > 0 && !records.empty() && seconds_since_start() >= budget) {
                         budget_exhausted = true;
@@ -316,6 +321,9 @@ int main(int argc, char** argv) {
                         }
                     } else if (!is_read) {
                         bench::flush_file(path);
+                    }
+                    if (pause > 0) {
+                        std::this_thread::sleep_for(std::chrono::duration<double>(pause));
                     }
                     run_record r;
                     r.index = records.size();
@@ -452,6 +460,7 @@ int main(int argc, char** argv) {
                              {"threads", thread_counts},
                              {"repeats", repeats},
                              {"budget_seconds", budget},
+                             {"pause_seconds", pause},
                              {"backend", backend},
                              {"direct_io", true},
                              {"huge_pages", huge_pages},
@@ -459,9 +468,9 @@ int main(int argc, char** argv) {
                              {"references", references},
                              {"seed", seed}};
         doc["method"] = std::string(
-                            "each run moves the whole --size bytes once; runs are shuffled per "
-                            "repeat and fio runs next to the nvmeio runs of the same block size, "
-                            "depth and threads; reads: ") +
+                            "each run moves the whole --size bytes once; per repeat the groups of "
+                            "runs sharing op, block size, depth and threads are shuffled, and so "
+                            "are the runs inside each group (nvmeio variants and fio); reads: ") +
                         (warm ? "page cache NOT dropped (warm)"
                               : "sync + drop_caches before every read run (cold)") +
                         "; writes: fdatasync of the file before each run, none inside the timed "

@@ -289,6 +289,7 @@ int main(int argc, char** argv) {
         planned *= repeats;
 
         const bool progress = !quiet && ::isatty(STDERR_FILENO) != 0;
+        const std::string started_utc = utc_now();
         const auto started = std::chrono::steady_clock::now();
         auto seconds_since_start = [&] {
             return std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
@@ -447,7 +448,7 @@ int main(int argc, char** argv) {
         doc["nvmeio_version"] = std::to_string(NVMEIO_VERSION_MAJOR) + "." +
                                 std::to_string(NVMEIO_VERSION_MINOR) + "." +
                                 std::to_string(NVMEIO_VERSION_PATCH);
-        doc["started_utc"] = utc_now();
+        doc["started_utc"] = started_utc;
         doc["machine"] = bench::describe_machine(path);
         doc["parameters"] = {{"file", path},
                              {"file_created", created},

@@ -334,6 +334,7 @@ struct run_result {
     return out;
 }
 
+/// User + system CPU seconds this process (all its threads) has used so far.
 [[nodiscard]] inline double process_cpu_seconds() {
     rusage usage{};
     ::getrusage(RUSAGE_SELF, &usage);

@@ -180,8 +180,8 @@ int main(int argc, char** argv) {
                 config.queue_depth, strategy_name.c_str(), submit_name.c_str(), config.threads,
                 backend.c_str(), warmup, loops, cache.c_str(),
                 cache == "cold" ? " (page cache dropped before every pass)" : "");
-            std::printf("%-6s %9s %9s %10s | %-26s | %-26s\n", "pass", "GB/s", "ms", "CPU s/GiB",
-                        "submit us  avg / p99", "complete us  avg / p99");
+            std::printf("%-6s %9s %9s %10s | %12s %12s | %12s %12s\n", "pass", "GB/s", "ms",
+                        "CPU s/GiB", "submit avg", "submit p99", "complete avg", "complete p99");
             for (std::size_t i = 0; i < results.size(); ++i) {
                 const auto& p = results[i].perf;
                 std::printf("%-6zu %9.3f %9.1f %10.4f | %12.1f %12.1f | %12.1f %12.1f\n", i + 1,
@@ -192,8 +192,9 @@ int main(int argc, char** argv) {
             std::printf("median %9.3f GB/s (min %.3f, max %.3f, spread %.1f%%), CPU %.4f s/GiB\n",
                         rate.median, rate.min, rate.max, 100 * rate.spread(), cpu.median);
             std::printf(
-                "validation: %s\n(GB/s: 10^9 bytes per second; latency percentiles are "
-                "the worst thread's)\n",
+                "validation: %s\n(GB/s: 10^9 bytes per second; latencies in microseconds, "
+                "percentiles "
+                "of the worst thread)\n",
                 validation.c_str());
         }
         return validation.rfind("failed", 0) == 0 ? 1 : 0;

@@ -1,0 +1,171 @@
+#pragma once
+/// \file fio_runner.hpp
+/// Runs fio on the same file with the same block size, queue depth, threads and O_DIRECT as an
+/// nvmeio configuration, and reads its JSON output.
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_common.hpp"
+
+namespace nvmeio::bench {
+
+/// Where `name` is found on $PATH, or "".
+[[nodiscard]] inline std::string find_program(const std::string& name) {
+    const char* path = std::getenv("PATH");
+    std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+    std::size_t start = 0;
+    while (start <= dirs.size()) {
+        std::size_t end = dirs.find(':', start);
+        if (end == std::string::npos) end = dirs.size();
+        std::string candidate = dirs.substr(start, end - start);
+        if (candidate.empty()) candidate = ".";
+        candidate += "/" + name;
+        if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+        start = end + 1;
+    }
+    return {};
+}
+
+/// What a child process printed and how it ended.
+struct command_result {
+    int status = -1;     ///< Exit status (-1 when it did not exit normally).
+    std::string output;  ///< Its standard output.
+};
+
+/// Runs `argv` (argv[0] a path) with stdout captured and stderr passed through.
+///
+/// posix_spawn, not fork: a fork would copy the page tables of the tool's large, pinned-for-I/O
+/// buffer and leave every page copy-on-write, so the next nvmeio run would pay a page fault per
+/// 4 KiB page inside its timed part.
+[[nodiscard]] inline command_result run_command(const std::vector<std::string>& argv) {
+    command_result result;
+    int pipe_ends[2];
+    if (::pipe2(pipe_ends, O_CLOEXEC) != 0) return result;
+    posix_spawn_file_actions_t actions;
+    ::posix_spawn_file_actions_init(&actions);
+    ::posix_spawn_file_actions_adddup2(&actions, pipe_ends[1], STDOUT_FILENO);
+    std::vector<char*> args;
+    for (const std::string& a : argv)
+        args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_t child = -1;
+    const int spawned = ::posix_spawn(&child, args[0], &actions, nullptr, args.data(), environ);
+    ::posix_spawn_file_actions_destroy(&actions);
+    ::close(pipe_ends[1]);
+    if (spawned != 0) {
+        ::close(pipe_ends[0]);
+        return result;
+    }
+    char chunk[65536];
+    ssize_t got;
+    while ((got = ::read(pipe_ends[0], chunk, sizeof chunk)) != 0) {
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        result.output.append(chunk, static_cast<std::size_t>(got));
+    }
+    ::close(pipe_ends[0]);
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return result;
+}
+
+/// What fio measured for one configuration.
+struct fio_result {
+    bool ok = false;          ///< False when fio failed; `error` says why.
+    std::string error;        ///< fio's failure, for the report.
+    std::uint64_t bytes = 0;  ///< Bytes fio moved, all jobs.
+    double elapsed_ms = 0;    ///< The slowest job's runtime (fio reports whole milliseconds).
+    double cpu_seconds = 0;   ///< Sum over jobs of (usr + sys)% x job runtime.
+    /// GB/s (10^9 bytes), all jobs together.
+    [[nodiscard]] double gb_per_s() const noexcept {
+        return elapsed_ms > 0 ? static_cast<double>(bytes) / elapsed_ms / 1e6 : 0;
+    }
+    /// CPU seconds per GiB moved.
+    [[nodiscard]] double cpu_seconds_per_gib() const noexcept {
+        return bytes > 0 ? cpu_seconds / (static_cast<double>(bytes) / gib) : 0;
+    }
+};
+
+/// The fio command line equivalent to `config` moving `size` bytes: libaio, O_DIRECT, one job per
+/// thread, each job on the same contiguous slice nvmeio's thread would move.
+[[nodiscard]] inline std::vector<std::string> fio_command(const std::string& fio,
+                                                          const run_config& config,
+                                                          std::uint64_t size) {
+    const std::vector<slice> slices = split(size, config.threads, config.block_size);
+    unsigned jobs = 0;
+    for (const slice& s : slices)
+        jobs += s.length > 0 ? 1 : 0;
+    // fio gives every job the same size; nvmeio's split gives equal slices but for the last.
+    const std::uint64_t per = slices.front().length;
+    return {fio,
+            "--name=nvmeio-vs-fio",
+            "--filename=" + config.path,
+            std::string("--rw=") + (config.op == operation::read ? "read" : "write"),
+            "--bs=" + std::to_string(config.block_size),
+            "--iodepth=" + std::to_string(config.queue_depth),
+            "--size=" + std::to_string(per),
+            "--numjobs=" + std::to_string(jobs),
+            "--offset_increment=" + std::to_string(per),
+            "--direct=1",
+            "--ioengine=libaio",
+            "--thread",
+            "--invalidate=0",
+            "--output-format=json"};
+}
+
+/// Runs fio for `config` over the first `size` bytes of the file (rounded to whole per-job
+/// slices) and parses its JSON.
+[[nodiscard]] inline fio_result run_fio(const std::string& fio, const run_config& config,
+                                        std::uint64_t size) {
+    fio_result result;
+    const command_result ran = run_command(fio_command(fio, config, size));
+    if (ran.status != 0) {
+        result.error = "fio exited with status " + std::to_string(ran.status);
+        return result;
+    }
+    try {
+        // fio may print notes before its JSON.
+        const std::size_t brace = ran.output.find('{');
+        const nlohmann::json doc = nlohmann::json::parse(ran.output.substr(brace));
+        const char* side = config.op == operation::read ? "read" : "write";
+        for (const nlohmann::json& job : doc.at("jobs")) {
+            const nlohmann::json& io = job.at(side);
+            result.bytes += io.at("io_bytes").get<std::uint64_t>();
+            const double runtime_ms = job.at("job_runtime").get<double>();
+            result.elapsed_ms = std::max(result.elapsed_ms, io.at("runtime").get<double>());
+            result.cpu_seconds +=
+                (job.at("usr_cpu").get<double>() + job.at("sys_cpu").get<double>()) / 100.0 *
+                runtime_ms / 1000.0;
+            if (job.value("error", 0) != 0) {
+                result.error = "fio job error " + std::to_string(job.value("error", 0));
+                return result;
+            }
+        }
+        result.ok = result.bytes > 0 && result.elapsed_ms > 0;
+        if (!result.ok) result.error = "fio reported no I/O";
+    } catch (const std::exception& e) {
+        result.error = std::string("cannot parse fio's JSON: ") + e.what();
+    }
+    return result;
+}
+
+/// The message for a missing fio.
+inline const char* fio_missing_message =
+    "fio was not found on PATH. Install it (Debian/Ubuntu: apt-get install fio; Fedora/RHEL: "
+    "dnf install fio; or build from https://github.com/axboe/fio) and run again, or leave out "
+    "--vs-fio.";
+
+}  // namespace nvmeio::bench

@@ -1,0 +1,383 @@
+// Tests of nvmeio-bench and nvmeio-tune: tiny runs of the real programs whose CSV, JSON and SVG
+// output is parsed and checked, plus the shared helpers they are built from.
+#define BOOST_TEST_MODULE tools_test
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../tests/test_support.hpp"
+#include "bench_common.hpp"
+#include "fio_runner.hpp"
+#include "heatmap_svg.hpp"
+
+namespace bench = nvmeio::bench;
+using nlohmann::json;
+
+namespace {
+
+std::string tool(const char* variable) {
+    const char* path = std::getenv(variable);
+    BOOST_TEST_REQUIRE(path != nullptr, variable << " must name the tool (ctest sets it)");
+    return path;
+}
+
+std::string read_text(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+std::string quoted(const std::string& s) {
+    return "'" + s + "'";
+}
+
+// Runs `command` through the shell with stdout and stderr captured; returns the exit status.
+struct ran {
+    int status = -1;
+    std::string out, err;
+};
+ran run(const std::string& command, const std::string& tag) {
+    const std::string out = nvmeio_test::scratch_dir() + "/" + tag + ".out";
+    const std::string err = nvmeio_test::scratch_dir() + "/" + tag + ".err";
+    const int raw = std::system(
+        (command + " > " + quoted(out) + " 2> " + quoted(err) + " < /dev/null").c_str());
+    ran r;
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    r.out = read_text(out);
+    r.err = read_text(err);
+    return r;
+}
+
+std::vector<std::vector<std::string>> read_csv(const std::string& path) {
+    std::vector<std::vector<std::string>> rows;
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+        std::vector<std::string> cells;
+        std::stringstream s(line);
+        std::string cell;
+        while (std::getline(s, cell, ','))
+            cells.push_back(cell);
+        if (!line.empty() && line.back() == ',') cells.emplace_back();
+        rows.push_back(cells);
+    }
+    return rows;
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+        ++n;
+    return n;
+}
+
+std::size_t column(const std::vector<std::string>& header, const std::string& name) {
+    for (std::size_t i = 0; i < header.size(); ++i)
+        if (header[i] == name) return i;
+    BOOST_FAIL("no column " << name);
+    return 0;
+}
+
+// A fresh output folder for one tune run.
+std::string out_dir(const std::string& name) {
+    const std::string dir =
+        nvmeio_test::scratch_dir() + "/" + name + "." + std::to_string(::getpid());
+    std::system(("rm -rf " + quoted(dir)).c_str());
+    return dir;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------ shared helpers
+
+BOOST_AUTO_TEST_CASE(parse_size_reads_binary_suffixes_and_rejects_garbage) {
+    BOOST_TEST(bench::parse_size("4096") == 4096u);
+    BOOST_TEST(bench::parse_size("128K") == 131072u);
+    BOOST_TEST(bench::parse_size("8M") == 8388608u);
+    BOOST_TEST(bench::parse_size("1GiB") == 1073741824u);
+    BOOST_TEST(bench::format_size(131072) == "128K");
+    BOOST_TEST(bench::format_size(3 * 1048576) == "3M");
+    BOOST_TEST(bench::format_size(1000) == "1000");
+    BOOST_CHECK_THROW((void)bench::parse_size("12Q"), std::invalid_argument);
+    BOOST_CHECK_THROW((void)bench::parse_size("K"), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(split_gives_contiguous_block_aligned_slices_covering_the_file) {
+    for (unsigned threads : {1u, 2u, 3u, 8u}) {
+        const std::uint64_t size = 10 * 65536 + 4096;
+        const auto slices = bench::split(size, threads, 65536);
+        std::uint64_t next = 0;
+        for (const auto& s : slices) {
+            if (s.length == 0) continue;
+            BOOST_TEST(s.offset == next);
+            BOOST_TEST(s.offset % 65536 == 0u);
+            next += s.length;
+        }
+        BOOST_TEST(next == size);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(summarize_reports_median_and_spread) {
+    const bench::summary_stats s = bench::summarize({3, 1, 2, 10});
+    BOOST_TEST(s.median == 2.5);
+    BOOST_TEST(s.min == 1);
+    BOOST_TEST(s.max == 10);
+    BOOST_TEST(s.spread() == 9 / 2.5);
+}
+
+BOOST_AUTO_TEST_CASE(first_mismatch_finds_the_first_differing_byte) {
+    nvmeio_test::temp_path path("mismatch");
+    std::vector<std::byte> bytes(300000);
+    bench::fill_pattern(bytes.data(), bytes.size(), 0);
+    nvmeio_test::spew(path.str(), bytes.data(), bytes.size());
+    BOOST_TEST(!bench::first_mismatch(path.str(), bytes.data(), bytes.size(), 0).has_value());
+    bytes[123457] ^= std::byte{1};
+    const auto bad = bench::first_mismatch(path.str(), bytes.data(), bytes.size(), 0);
+    BOOST_TEST_REQUIRE(bad.has_value());
+    BOOST_TEST(*bad == 123457u);
+}
+
+BOOST_AUTO_TEST_CASE(heatmap_has_one_cell_per_point_and_marks_missing_ones) {
+    bench::heatmap map;
+    map.title = "t <&>";
+    map.rows = {"128K", "1M"};
+    map.columns = {"4", "32", "128"};
+    map.values = {{1.0, 2.0, std::nullopt}, {3.0, 4.0, 5.5}};
+    std::ostringstream out;
+    bench::write_svg(out, map);
+    const std::string svg = out.str();
+    BOOST_TEST(svg.rfind("<svg", 0) == 0u);
+    BOOST_TEST(count(svg, "<title>") == 6u);
+    BOOST_TEST(count(svg, "#eeeeee") == 1u);  // the missing cell
+    BOOST_TEST(svg.find(">5.5<") != std::string::npos);
+    BOOST_TEST(svg.find("t &lt;&amp;&gt;") != std::string::npos);
+}
+
+// -------------------------------------------------------------------------------- nvmeio-bench
+
+BOOST_AUTO_TEST_CASE(bench_reports_every_pass_of_the_configuration_as_json) {
+    nvmeio_test::temp_path path("bench-json");
+    const ran r =
+        run(quoted(tool("NVMEIO_BENCH")) + " -f " + quoted(path.str()) +
+                " -s 4M -b 256K -q 4 -p 2 --strategy sequential --submit single -n 2 -w 1 "
+                "--warm --validate --json",
+            "bench-json");
+    BOOST_TEST_REQUIRE(r.status == 0, r.err);
+    const json doc = json::parse(r.out);
+    BOOST_TEST(doc["config"]["op"] == "read");
+    BOOST_TEST(doc["config"]["block_size"] == 262144);
+    BOOST_TEST(doc["config"]["queue_depth"] == 4);
+    BOOST_TEST(doc["config"]["threads"] == 2);
+    BOOST_TEST(doc["config"]["overlap_events"] == false);
+    BOOST_TEST(doc["config"]["single_submit"] == true);
+    BOOST_TEST(doc["cache"] == "warm");
+    BOOST_TEST(doc["file_created"] == true);
+    BOOST_TEST(doc["validation"] == "passed");
+    BOOST_TEST_REQUIRE(doc["loops"].size() == 2u);
+    for (const json& pass : doc["loops"]) {
+        BOOST_TEST(pass["bytes"] == 4194304);
+        BOOST_TEST(pass["requests"] == 16);  // 4 MiB in 256 KiB requests
+        BOOST_TEST(pass["gb_per_s"].get<double>() > 0);
+        BOOST_TEST(pass["cpu_seconds_per_gib"].get<double>() >= 0);
+        BOOST_TEST(pass["completion"]["count"] == 16);
+    }
+    BOOST_TEST(doc["gb_per_s"]["count"] == 2);
+    BOOST_TEST(nvmeio_test::file_size(path.str()) == 4194304u);
+}
+
+BOOST_AUTO_TEST_CASE(bench_write_passes_leave_the_file_content_unchanged) {
+    nvmeio_test::temp_path path("bench-write");
+    std::vector<unsigned char> original = nvmeio_test::pattern(3 << 20, 7);
+    nvmeio_test::spew(path.str(), original.data(), original.size());
+    const ran r = run(quoted(tool("NVMEIO_BENCH")) + " --op write -f " + quoted(path.str()) +
+                          " -b 128K -q 8 -p 3 -n 2 -w 0 --json",
+                      "bench-write");
+    BOOST_TEST_REQUIRE(r.status == 0, r.err);
+    const json doc = json::parse(r.out);
+    BOOST_TEST(doc["config"]["size"] == 3 << 20);
+    BOOST_TEST(doc["cache"] == "n/a");
+    BOOST_TEST(nvmeio_test::slurp(path.str()) == original);
+}
+
+BOOST_AUTO_TEST_CASE(bench_refuses_a_backend_it_does_not_have) {
+    nvmeio_test::temp_path path("bench-backend");
+    const ran r = run(quoted(tool("NVMEIO_BENCH")) + " -f " + quoted(path.str()) +
+                          " -s 1M --warm --backend io_uring",
+                      "bench-backend");
+    BOOST_TEST(r.status != 0);
+    BOOST_TEST(r.err.find("io_uring") != std::string::npos, r.err);
+}
+
+// -------------------------------------------------------------------------------- nvmeio-tune
+
+BOOST_AUTO_TEST_CASE(tune_sweeps_every_combination_and_writes_csv_json_and_heat_maps) {
+    nvmeio_test::temp_path path("tune");
+    const std::string dir = out_dir("tune-out");
+    const ran r = run(quoted(tool("NVMEIO_TUNE")) + " -f " + quoted(path.str()) +
+                          " -s 2M -b 64K,128K -q 2,4 -p 1,2 --single-submit off -r 2 --warm -o " +
+                          quoted(dir),
+                      "tune");
+    BOOST_TEST_REQUIRE(r.status == 0, r.err);
+    BOOST_TEST(r.err.find('\r') == std::string::npos);  // no progress line when not a terminal
+    BOOST_TEST(r.err.empty(), r.err);
+
+    // CSV: every run, 2 ops x 2 block sizes x 2 depths x 2 overlap x 1 submit x 2 threads x 2.
+    const auto rows = read_csv(dir + "/runs.csv");
+    BOOST_TEST_REQUIRE(rows.size() == 1u + 64u);
+    const auto& header = rows[0];
+    const std::size_t op = column(header, "op"), method = column(header, "method"),
+                      cache = column(header, "cache"), bytes = column(header, "bytes"),
+                      rate = column(header, "gb_per_s"), overlap = column(header, "overlap_events"),
+                      cpu = column(header, "cpu_seconds_per_gib");
+    std::size_t reads = 0;
+    for (std::size_t i = 1; i < rows.size(); ++i) {
+        BOOST_TEST_REQUIRE(rows[i].size() == header.size());
+        BOOST_TEST(rows[i][method] == "nvmeio");
+        BOOST_TEST(rows[i][bytes] == "2097152");
+        BOOST_TEST(std::stod(rows[i][rate]) > 0);
+        BOOST_TEST(std::stod(rows[i][cpu]) >= 0);
+        BOOST_TEST((rows[i][overlap] == "true" || rows[i][overlap] == "false"));
+        if (rows[i][op] == "read") {
+            ++reads;
+            BOOST_TEST(rows[i][cache] == "warm");
+        } else {
+            BOOST_TEST(rows[i][cache] == "n/a");
+        }
+    }
+    BOOST_TEST(reads == 32u);
+
+    const json doc = json::parse(read_text(dir + "/summary.json"));
+    BOOST_TEST(doc["runs_planned"] == 64);
+    BOOST_TEST(doc["runs_done"] == 64);
+    BOOST_TEST(doc["budget_exhausted"] == false);
+    BOOST_TEST(doc["cache"] == "warm");
+    BOOST_TEST(doc["points"].size() == 32u);
+    for (const json& p : doc["points"]) {
+        BOOST_TEST(p["gb_per_s"]["count"] == 2);
+        BOOST_TEST(p["single_submit"] == false);
+    }
+    for (const char* which : {"read", "write", "both"}) {
+        BOOST_TEST_REQUIRE(doc["best"].contains(which), which);
+        const json& aio = doc["best"][which]["aio"];
+        BOOST_TEST(aio.size() == 5u);
+        BOOST_TEST(aio["block_size"].is_number_integer());
+        BOOST_TEST(aio["queue_depth"].is_number_integer());
+        BOOST_TEST(aio["intra_op_parallelism"].is_number_integer());
+        BOOST_TEST(aio["single_submit"].is_boolean());
+        BOOST_TEST(aio["overlap_events"].is_boolean());
+    }
+    BOOST_TEST(doc["aio"] == doc["best"]["both"]["aio"]);
+    // The best read is the point with the highest median.
+    double highest = 0;
+    for (const json& p : doc["points"])
+        if (p["op"] == "read") highest = std::max(highest, p["gb_per_s"]["median"].get<double>());
+    BOOST_TEST(doc["best"]["read"]["gb_per_s"].get<double>() == highest);
+
+    for (const char* name : {"read", "write"}) {
+        const std::string svg = read_text(dir + "/heatmap_" + name + ".svg");
+        BOOST_TEST(svg.rfind("<svg", 0) == 0u);
+        BOOST_TEST(count(svg, "<title>") == 4u);  // 2 block sizes x 2 depths
+        BOOST_TEST(svg.find("#eeeeee") == std::string::npos);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(tune_budget_stops_early_and_says_so) {
+    nvmeio_test::temp_path path("tune-budget");
+    const std::string dir = out_dir("tune-budget-out");
+    const ran r =
+        run(quoted(tool("NVMEIO_TUNE")) + " -f " + quoted(path.str()) +
+                " -s 1M -b 64K -q 2,4,8 -p 1 -r 3 --ops write --budget 0.000001 -o " + quoted(dir),
+            "tune-budget");
+    BOOST_TEST_REQUIRE(r.status == 0, r.err);
+    const json doc = json::parse(read_text(dir + "/summary.json"));
+    BOOST_TEST(doc["budget_exhausted"] == true);
+    BOOST_TEST(doc["runs_planned"] == 36);
+    BOOST_TEST(doc["runs_done"].get<int>() >= 1);
+    BOOST_TEST(doc["runs_done"].get<int>() < 36);
+    BOOST_TEST(read_csv(dir + "/runs.csv").size() == doc["runs_done"].get<std::size_t>() + 1);
+    BOOST_TEST(r.out.find("budget exhausted") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(tune_labels_reads_cold_only_after_dropping_the_page_cache) {
+    nvmeio_test::temp_path path("tune-cold");
+    const std::string dir = out_dir("tune-cold-out");
+    const ran r = run(quoted(tool("NVMEIO_TUNE")) + " -f " + quoted(path.str()) +
+                          " -s 1M -b 256K -q 4 -p 1 -r 1 --ops read --overlap on "
+                          "--single-submit off -o " +
+                          quoted(dir),
+                      "tune-cold");
+    std::string why;
+    if (::geteuid() == 0 && bench::drop_page_cache(why)) {
+        BOOST_TEST_REQUIRE(r.status == 0, r.err);
+        const json doc = json::parse(read_text(dir + "/summary.json"));
+        BOOST_TEST(doc["cache"] == "cold");
+        const auto rows = read_csv(dir + "/runs.csv");
+        BOOST_TEST_REQUIRE(rows.size() == 2u);
+        BOOST_TEST(rows[1][column(rows[0], "cache")] == "cold");
+    } else {
+        // Without the drop the tool must refuse, say why, and point to --warm.
+        BOOST_TEST(r.status != 0);
+        BOOST_TEST(r.err.find("--warm") != std::string::npos, r.err);
+        BOOST_TEST(nvmeio_test::file_size(dir + "/summary.json") == ~0ull);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(tune_says_how_to_get_fio_when_it_is_missing) {
+    nvmeio_test::temp_path path("tune-nofio");
+    const ran r = run("PATH=/nonexistent " + quoted(tool("NVMEIO_TUNE")) + " -f " +
+                          quoted(path.str()) + " -s 1M -b 256K -q 4 -p 1 -r 1 --warm --vs-fio -o " +
+                          quoted(out_dir("tune-nofio-out")),
+                      "tune-nofio");
+    BOOST_TEST(r.status != 0);
+    BOOST_TEST(r.err.find("apt-get install fio") != std::string::npos, r.err);
+}
+
+BOOST_AUTO_TEST_CASE(tune_vs_fio_reports_both_rates_and_the_ratio_per_point) {
+    if (bench::find_program("fio").empty()) {
+        BOOST_TEST_MESSAGE("fio not installed: comparison not exercised");
+        return;
+    }
+    nvmeio_test::temp_path path("tune-fio");
+    const std::string dir = out_dir("tune-fio-out");
+    const ran r = run(quoted(tool("NVMEIO_TUNE")) + " -f " + quoted(path.str()) +
+                          " -s 2M -b 256K -q 4 -p 1,2 -r 1 --warm --vs-fio -o " + quoted(dir),
+                      "tune-fio");
+    BOOST_TEST_REQUIRE(r.status == 0, r.err);
+    const auto rows = read_csv(dir + "/runs.csv");
+    const std::size_t method = column(rows[0], "method"), bytes = column(rows[0], "bytes");
+    std::size_t fio_rows = 0;
+    for (std::size_t i = 1; i < rows.size(); ++i) {
+        if (rows[i][method] != "fio") continue;
+        ++fio_rows;
+        BOOST_TEST(rows[i][bytes] == "2097152");  // fio moved the same bytes
+    }
+    BOOST_TEST(fio_rows == 4u);  // 2 ops x 2 thread counts
+    const json doc = json::parse(read_text(dir + "/summary.json"));
+    BOOST_TEST(doc["points"].size() == 16u);
+    for (const json& p : doc["points"]) {
+        BOOST_TEST_REQUIRE(p.contains("ratio_to_fio"));
+        const double expected =
+            p["gb_per_s"]["median"].get<double>() / p["fio_gb_per_s"]["median"].get<double>();
+        BOOST_TEST(p["ratio_to_fio"].get<double>() == expected, boost::test_tools::tolerance(1e-9));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(bench_never_overwrites_an_existing_file_that_is_too_short) {
+    nvmeio_test::temp_path path("bench-short");
+    const std::vector<unsigned char> original = nvmeio_test::pattern(65536, 3);
+    nvmeio_test::spew(path.str(), original.data(), original.size());
+    const ran r =
+        run(quoted(tool("NVMEIO_BENCH")) + " -f " + quoted(path.str()) + " -s 1M -b 64K --warm",
+            "bench-short");
+    BOOST_TEST(r.status != 0);
+    BOOST_TEST(r.err.find("65536 bytes") != std::string::npos, r.err);
+    BOOST_TEST(nvmeio_test::slurp(path.str()) == original);
+}

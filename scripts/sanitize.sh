@@ -57,6 +57,9 @@ for stage in "${stages[@]}"; do
             vg=(valgrind --quiet --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible
                 --errors-for-leak-kinds=definite,indirect,possible --track-fds=yes)
             export NVMEIO_TEST_DIR="$dir/tests/scratch"
+            # valgrind does not see the kernel writing read data through io_uring and reports
+            # the buffers as uninitialised; ASan and TSan above cover the io_uring backend.
+            export NVMEIO_TEST_SKIP_IO_URING="valgrind cannot see io_uring's writes into memory"
             mkdir -p "$NVMEIO_TEST_DIR"
             tests=(
                 "file_test"

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend_support.hpp"
 #include "fault_backend.hpp"
 #include "leak_check.hpp"
 #include "test_support.hpp"
@@ -159,6 +160,7 @@ fault_plan plan_for(const cell& c) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(recoverable_faults_complete_with_exact_bytes, Inner, real_backends) {
+    if (!nvmeio_test::backend_usable<Inner>()) return;
     const nvmeio_test::held_resources before;
     {
         faulty_context<Inner> context({depth, block}, fault_plan{});
@@ -179,6 +181,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(recoverable_faults_complete_with_exact_bytes, Inne
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(io_errors_name_op_file_offset_and_leave_nothing_in_flight, Inner,
                               real_backends) {
+    if (!nvmeio_test::backend_usable<Inner>()) return;
     const nvmeio_test::held_resources before;
     {
         faulty_context<Inner> context({depth, block}, fault_plan{});
@@ -242,6 +245,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(io_errors_name_op_file_offset_and_leave_nothing_in
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(random_mix_of_recoverable_faults_keeps_bytes_exact, Inner,
                               real_backends) {
+    if (!nvmeio_test::backend_usable<Inner>()) return;
     const nvmeio_test::held_resources before;
     {
         faulty_context<Inner> context({depth, block}, fault_plan{});
@@ -272,6 +276,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(random_mix_of_recoverable_faults_keeps_bytes_exact
 BOOST_AUTO_TEST_CASE_TEMPLATE(
     reap_failure_is_reported_as_possibly_in_flight_and_destroying_the_context_waits, Inner,
     real_backends) {
+    if (!nvmeio_test::backend_usable<Inner>()) return;
     const nvmeio_test::held_resources before;
     for (strategy_kind strategy : {strategy_kind::sequential, strategy_kind::overlapped}) {
         cell c{

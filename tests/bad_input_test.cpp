@@ -26,25 +26,14 @@
 #include "test_support.hpp"
 
 using namespace nvmeio;
+using nvmeio_test::contains;
+using nvmeio_test::every_config;
 using nvmeio_test::temp_path;
 
 namespace {
 
 constexpr std::size_t block = 64 * 1024;
 constexpr uid_t nobody = 65534;
-
-bool contains(const std::string& text, const std::string& part) {
-    return text.find(part) != std::string::npos;
-}
-
-std::vector<transfer_config> every_config() {
-    std::vector<transfer_config> out;
-    for (strategy_kind s : {strategy_kind::sequential, strategy_kind::overlapped}) {
-        for (submit_mode m : {submit_mode::single, submit_mode::block})
-            out.push_back({s, m, false});
-    }
-    return out;
-}
 
 std::string describe(const transfer_config& c) {
     return std::string(to_string(c.strategy)) + "/" + to_string(c.submit);

@@ -13,6 +13,7 @@
 #include "test_support.hpp"
 
 using namespace nvmeio;
+using nvmeio_test::contains;
 using nvmeio_test::temp_path;
 
 namespace {
@@ -25,10 +26,6 @@ std::string io_error_text(F&& f) {
         return e.what();
     }
     return "no io_error";
-}
-
-bool contains(const std::string& text, const std::string& part) {
-    return text.find(part) != std::string::npos;
 }
 
 // A folder on a filesystem that refuses O_DIRECT: /dev/shm where tmpfs still refuses it

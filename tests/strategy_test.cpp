@@ -14,6 +14,7 @@
 namespace bdata = boost::unit_test::data;
 using namespace nvmeio;
 using nvmeio_test::backend_types;
+using nvmeio_test::every_config;
 using nvmeio_test::temp_path;
 
 namespace {
@@ -23,15 +24,6 @@ constexpr std::size_t block = 64 * 1024;  // small, so "many blocks" stays quick
 const std::vector<std::size_t> sizes = {0,    1,         511,   4095,      4096,
                                         4097, block - 1, block, block + 1, 37 * block + 123};
 const std::vector<unsigned> depths = {1, 2, 8, 64};
-
-std::vector<transfer_config> every_config() {
-    std::vector<transfer_config> out;
-    for (strategy_kind s : {strategy_kind::sequential, strategy_kind::overlapped}) {
-        for (submit_mode m : {submit_mode::single, submit_mode::block})
-            out.push_back({s, m, false});
-    }
-    return out;
-}
 
 std::string describe(const transfer_config& c, unsigned depth, std::size_t size) {
     return std::string(to_string(c.strategy)) + "/" + to_string(c.submit) +

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <nvmeio/strategy.hpp>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,23 @@ inline bool accepts_o_direct(const std::string& dir) {
     if (fd < 0) return false;
     ::close(fd);
     return true;
+}
+
+// True when `part` occurs in `text`.
+inline bool contains(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+}
+
+// Every strategy with every submit mode, not measuring.
+inline std::vector<nvmeio::transfer_config> every_config() {
+    std::vector<nvmeio::transfer_config> out;
+    for (nvmeio::strategy_kind s :
+         {nvmeio::strategy_kind::sequential, nvmeio::strategy_kind::overlapped}) {
+        for (nvmeio::submit_mode m : {nvmeio::submit_mode::single, nvmeio::submit_mode::block}) {
+            out.push_back({s, m, false});
+        }
+    }
+    return out;
 }
 
 }  // namespace nvmeio_test

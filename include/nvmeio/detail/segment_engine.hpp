@@ -136,13 +136,13 @@ class segment_engine {
 
     void submit_pending() {
         std::size_t sent = 0;
-        clock::time_point deadline{};
+        submit_backoff backoff;
         while (sent < pending_.size() && !lost_) {
             const int rc = backend_.submit(&pending_[sent], pending_.size() - sent);
             if (rc > 0) {
                 inflight_ += static_cast<unsigned>(rc);
                 sent += static_cast<std::size_t>(rc);
-                deadline = {};
+                backoff.reset();
                 continue;
             }
             if (rc == 0 || rc == -EAGAIN || rc == -EINTR) {
@@ -150,13 +150,7 @@ class segment_engine {
                     reap(1);
                     continue;
                 }
-                const clock::time_point now = clock::now();
-                if (deadline == clock::time_point{}) deadline = now + submit_retry_budget;
-                if (now < deadline) {
-                    const timespec pause{0, 100'000};
-                    ::nanosleep(&pause, nullptr);
-                    continue;
-                }
+                if (backoff.pause()) continue;
             }
             // Refused: the request's segment fails; the rest of the batch goes on.
             const io_request& refused = pending_[sent];

@@ -39,6 +39,27 @@ namespace detail {
 /// How long an io_submit that keeps answering EAGAIN with nothing in flight is retried.
 inline constexpr std::chrono::seconds submit_retry_budget{10};
 
+/// What an engine does when a submission call accepts nothing and no request is in flight to
+/// reap for room: pause 100 us and try again, for at most `submit_retry_budget` in a row.
+class submit_backoff {
+  public:
+    /// A submission made progress: the budget starts afresh.
+    void reset() noexcept { deadline_ = {}; }
+    /// Pauses and returns true while the budget lasts; false once it is spent.
+    bool pause() noexcept {
+        const auto now = std::chrono::steady_clock::now();
+        if (deadline_ == std::chrono::steady_clock::time_point{})
+            deadline_ = now + submit_retry_budget;
+        if (now >= deadline_) return false;
+        const timespec interval{0, 100'000};
+        ::nanosleep(&interval, nullptr);
+        return true;
+    }
+
+  private:
+    std::chrono::steady_clock::time_point deadline_{};
+};
+
 template <class Backend>
 class transfer_engine {
     using clock = std::chrono::steady_clock;
@@ -164,7 +185,7 @@ class transfer_engine {
 
     void submit_pending(submit_mode mode) {
         std::size_t sent = 0;
-        clock::time_point retry_deadline{};
+        submit_backoff backoff;
         while (sent < pending_.size() && !failure_ && !lost_) {
             const std::size_t count = mode == submit_mode::single ? 1 : pending_.size() - sent;
             const clock::time_point before = perf_ != nullptr ? clock::now() : clock::time_point{};
@@ -176,7 +197,7 @@ class transfer_engine {
                     slots_[pending_[sent + i].user_data].submitted = before;
                 inflight_ += static_cast<unsigned>(rc);
                 sent += static_cast<std::size_t>(rc);
-                retry_deadline = {};
+                backoff.reset();
                 continue;
             }
             if (rc == 0 || rc == -EAGAIN || rc == -EINTR) {
@@ -185,14 +206,7 @@ class transfer_engine {
                     reap(1);
                     continue;
                 }
-                const clock::time_point now = clock::now();
-                if (retry_deadline == clock::time_point{})
-                    retry_deadline = now + submit_retry_budget;
-                if (now < retry_deadline) {
-                    const timespec pause{0, 100'000};
-                    ::nanosleep(&pause, nullptr);
-                    continue;
-                }
+                if (backoff.pause()) continue;
             }
             const io_request& refused = pending_[sent];
             fail({errno_code(rc < 0 ? -rc : EAGAIN),

@@ -35,7 +35,7 @@ inline constexpr std::size_t block_registers = 252;
     const byte_batch diff = ((load(a) ^ load(b)) | (load(a + byte_lanes) ^ load(b + byte_lanes))) |
                             ((load(a + 2 * byte_lanes) ^ load(b + 2 * byte_lanes)) |
                              (load(a + 3 * byte_lanes) ^ load(b + 3 * byte_lanes)));
-    return any(diff != byte_batch(std::uint8_t{0}));
+    return nonzero(diff);
 }
 
 /// Offset of the first differing byte in [0, len), or scalar::npos. len is a multiple of

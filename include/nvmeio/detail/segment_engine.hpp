@@ -145,13 +145,7 @@ class segment_engine {
                 backoff.reset();
                 continue;
             }
-            if (rc == 0 || rc == -EAGAIN || rc == -EINTR) {
-                if (inflight_ > 0) {
-                    reap(1);
-                    continue;
-                }
-                if (backoff.pause()) continue;
-            }
+            if (backoff.retry(rc, inflight_ > 0, [this] { reap(1); })) continue;
             // Refused: the request's segment fails; the rest of the batch goes on.
             const io_request& refused = pending_[sent];
             const unsigned id = static_cast<unsigned>(refused.user_data);

@@ -45,6 +45,17 @@ class submit_backoff {
   public:
     /// A submission made progress: the budget starts afresh.
     void reset() noexcept { deadline_ = {}; }
+    /// After a submission call returned `rc` with nothing accepted: true when the caller should
+    /// call again, having reaped one completion for room (`reap_one`) when requests are in
+    /// flight, or paused otherwise; false when `rc` is a hard error or the budget is spent.
+    template <class ReapOne>
+    bool retry(int rc, bool in_flight, ReapOne&& reap_one) {
+        if (rc != 0 && rc != -EAGAIN && rc != -EINTR) return false;
+        if (!in_flight) return pause();
+        reap_one();
+        return true;
+    }
+
     /// Pauses and returns true while the budget lasts; false once it is spent.
     bool pause() noexcept {
         const auto now = std::chrono::steady_clock::now();
@@ -200,14 +211,7 @@ class transfer_engine {
                 backoff.reset();
                 continue;
             }
-            if (rc == 0 || rc == -EAGAIN || rc == -EINTR) {
-                // Nothing accepted: make room by reaping, or wait a little if nothing is in flight.
-                if (inflight_ > 0) {
-                    reap(1);
-                    continue;
-                }
-                if (backoff.pause()) continue;
-            }
+            if (backoff.retry(rc, inflight_ > 0, [this] { reap(1); })) continue;
             const io_request& refused = pending_[sent];
             fail({errno_code(rc < 0 ? -rc : EAGAIN),
                   std::string("io_submit of a ") + to_string(op_), file_.path(), refused.offset,

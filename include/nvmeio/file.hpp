@@ -35,6 +35,35 @@ enum class direct_io {
     automatic,  ///< O_DIRECT where the filesystem accepts it, buffered where it refuses (EINVAL).
 };
 
+/// What kind of object an open file is (from `fstat` at open).
+enum class file_kind {
+    regular,           ///< A regular file: sized by its inode, may grow, may be `fallocate`d.
+    block_device,      ///< A block device such as `/dev/nvme0n1`: fixed size, never grows.
+    character_device,  ///< A character device such as `/dev/null`.
+    fifo,              ///< A named pipe.
+    socket,            ///< A socket.
+    other,             ///< Anything else.
+};
+
+/// Name of a file kind, for messages and reports.
+[[nodiscard]] constexpr const char* to_string(file_kind kind) noexcept {
+    switch (kind) {
+        case file_kind::regular:
+            return "regular file";
+        case file_kind::block_device:
+            return "block device";
+        case file_kind::character_device:
+            return "character device";
+        case file_kind::fifo:
+            return "FIFO";
+        case file_kind::socket:
+            return "socket";
+        case file_kind::other:
+            break;
+    }
+    return "special file";
+}
+
 /// Name of a direct_io value, for messages and reports.
 [[nodiscard]] constexpr const char* to_string(direct_io mode) noexcept {
     return mode == direct_io::on ? "on" : mode == direct_io::off ? "off" : "automatic";
@@ -93,6 +122,8 @@ class file {
     [[nodiscard]] const std::string& path() const noexcept { return path_; }
     /// The mode the file was opened with.
     [[nodiscard]] open_mode mode() const noexcept { return mode_; }
+    /// What the file is (regular file, block device...), as seen at open.
+    [[nodiscard]] file_kind kind() const noexcept { return kind_; }
     /// What O_DIRECT requires of this file (queried at open even when buffered).
     [[nodiscard]] const dio_alignment& alignment() const noexcept { return alignment_; }
 
@@ -209,6 +240,7 @@ class file {
         std::swap(fd_, other.fd_);
         std::swap(direct_, other.direct_);
         std::swap(mode_, other.mode_);
+        std::swap(kind_, other.kind_);
         std::swap(path_, other.path_);
         std::swap(alignment_, other.alignment_);
     }
@@ -228,6 +260,7 @@ class file {
     int fd_ = -1;
     bool direct_ = false;
     open_mode mode_ = open_mode::read;
+    file_kind kind_ = file_kind::regular;
     std::string path_;
     dio_alignment alignment_;
 };
@@ -271,10 +304,21 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
         return {detail::errno_code(errno), direct_ ? "open with O_DIRECT" : "open", path_, 0, 0};
     }
     struct stat st {};
-    if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (::fstat(fd, &st) != 0) {
+        const int error = errno;
+        ::close(fd);
+        return {detail::errno_code(error), "fstat after open", path_, 0, 0};
+    }
+    if (S_ISDIR(st.st_mode)) {
         ::close(fd);
         return {detail::errno_code(EISDIR), "open", path_, 0, 0};
     }
+    kind_ = S_ISREG(st.st_mode)    ? file_kind::regular
+            : S_ISBLK(st.st_mode)  ? file_kind::block_device
+            : S_ISCHR(st.st_mode)  ? file_kind::character_device
+            : S_ISFIFO(st.st_mode) ? file_kind::fifo
+            : S_ISSOCK(st.st_mode) ? file_kind::socket
+                                   : file_kind::other;
     if (refused && direct == direct_io::on) {
         ::close(fd);
         return {detail::errno_code(EINVAL),

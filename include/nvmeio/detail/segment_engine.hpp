@@ -185,7 +185,7 @@ class segment_engine {
         segment_state& st = state_[s.segment];
         --inflight_;
         const std::uint64_t at_offset = g.offset + s.position + s.done;
-        if (c.result == -EINTR || c.result == -EAGAIN) {
+        if (c.result == -EINTR || c.result == -EAGAIN || c.result == -ECANCELED) {  // see engine
             pending_.push_back(request_for(id));
             return;
         }

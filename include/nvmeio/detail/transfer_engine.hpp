@@ -251,7 +251,9 @@ class transfer_engine {
             release(id);
             return;
         }
-        if (c.result == -EINTR || c.result == -EAGAIN) {  // transient: ask again for the same range
+        // Transient: ask again for the same range. nvmeio never cancels a request: io_uring
+        // answers ECANCELED when a signal stopped it from starting a worker thread.
+        if (c.result == -EINTR || c.result == -EAGAIN || c.result == -ECANCELED) {
             pending_.push_back(request_for(id));
             ++resubmissions_;
             return;

@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <limits>
 #include <nvmeio/aligned_allocator.hpp>
+#include <string>
 #include <vector>
 
 using namespace nvmeio;
@@ -51,6 +53,29 @@ BOOST_AUTO_TEST_CASE(bad_alignment_is_rejected_with_the_value) {
         BOOST_FAIL("alignment 3000 accepted");
     } catch (const std::invalid_argument& e) {
         BOOST_TEST(std::string(e.what()).find("3000") != std::string::npos);
+    }
+}
+
+// The rounded-up capacity used to wrap to 0: a "buffer" with a null pointer and a size near
+// SIZE_MAX, which a transfer would then write through.
+BOOST_AUTO_TEST_CASE(size_whose_capacity_passes_size_max_is_refused_not_an_empty_buffer) {
+    constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+    for (const std::size_t alignment : {std::size_t{64}, std::size_t{4096}, std::size_t{2} << 20}) {
+        for (const std::size_t size : {max, max - 1, max - alignment + 2}) {
+            BOOST_TEST_CONTEXT("size " << size << " alignment " << alignment) {
+                try {
+                    aligned_buffer b(size, alignment);
+                    BOOST_ERROR("got a buffer of capacity " << b.capacity() << " at "
+                                                            << static_cast<void*>(b.data()));
+                } catch (const std::invalid_argument& e) {
+                    BOOST_TEST(
+                        std::string(e.what()).find(std::to_string(size)) != std::string::npos,
+                        e.what());
+                    BOOST_TEST(std::string(e.what()).find("does not fit") != std::string::npos,
+                               e.what());
+                }
+            }
+        }
     }
 }
 

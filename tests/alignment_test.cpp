@@ -22,6 +22,28 @@ BOOST_AUTO_TEST_CASE(align_up_and_down_round_to_any_alignment) {
     BOOST_TEST(align_up((std::uint64_t{1} << 40) + 1, 4096) == (std::uint64_t{1} << 40) + 4096);
 }
 
+// (value + alignment - 1) wrapped for the last values below 2^64, even when the result fits.
+BOOST_AUTO_TEST_CASE(align_up_near_the_top_of_64_bits_is_exact_or_says_it_does_not_fit) {
+    constexpr std::uint64_t max = UINT64_MAX;
+    static_assert(align_up(max - 4095, 4096) == max - 4095);
+    static_assert(align_up(max - 1, 3) == max);  // 2^64 - 1 is a multiple of 3
+    static_assert(align_up(max, 5) == max);      // and of 5
+    static_assert(align_up_fits(max - 4095, 4096));
+    static_assert(align_up_fits(max - 1, 3));
+    static_assert(!align_up_fits(max - 4094, 4096));
+    static_assert(!align_up_fits(max, 4096));
+    static_assert(!align_up_fits(max, 2));
+    static_assert(align_up_fits(0, 4096) && align_up_fits(max, 1));
+    for (std::uint64_t value = max - 10'000; value != 0; ++value) {
+        for (const std::uint64_t alignment :
+             {std::uint64_t{512}, std::uint64_t{4096}, std::uint64_t{3}}) {
+            if (!align_up_fits(value, alignment)) continue;
+            const std::uint64_t up = align_up(value, alignment);
+            BOOST_TEST_REQUIRE((up >= value && up - value < alignment && up % alignment == 0));
+        }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(is_aligned_checks_values_and_addresses) {
     static_assert(is_aligned(4096, 512));
     static_assert(!is_aligned(4097, 512));

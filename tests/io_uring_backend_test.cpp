@@ -43,6 +43,24 @@ BOOST_AUTO_TEST_CASE(zero_queue_depth_is_rejected) {
     BOOST_CHECK_THROW(io_uring_backend backend(0), std::invalid_argument);
 }
 
+// The kernel answers a bare EINVAL; the message must say what the limit is.
+BOOST_AUTO_TEST_CASE(queue_depth_above_the_kernel_limit_is_rejected_naming_the_limit) {
+    if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
+    const unsigned limit = io_uring_backend::max_queue_depth();
+    BOOST_TEST_REQUIRE(limit >= 4096u);   // 4096 before Linux 5.4, 32768 since
+    { io_uring_backend deepest(limit); }  // the limit itself is accepted
+    for (const unsigned depth : {limit + 1, 2 * limit, 4'000'000'000u}) {
+        try {
+            io_uring_backend backend(depth);
+            BOOST_ERROR("queue depth " << depth << " accepted");
+        } catch (const std::invalid_argument& e) {
+            const std::string text = e.what();
+            BOOST_TEST(text.find(std::to_string(depth)) != std::string::npos, text);
+            BOOST_TEST(text.find("limit of " + std::to_string(limit)) != std::string::npos, text);
+        }
+    }
+}
+
 namespace {
 
 // Makes io_uring_setup fail with EPERM in this process, as a container's seccomp profile does.

@@ -90,14 +90,20 @@ class aligned_buffer {
     aligned_buffer() noexcept = default;
 
     /// Allocates `size` bytes aligned to `alignment` (a power of two, at least 64, default 4096).
-    /// Throws std::invalid_argument for a bad alignment, std::bad_alloc when memory is short, and
-    /// io_error when `options.lock` is set and `mlock` fails.
+    /// Throws std::invalid_argument for a bad alignment or a size whose rounded-up capacity does
+    /// not fit in `std::size_t`, std::bad_alloc when memory is short, and io_error when
+    /// `options.lock` is set and `mlock` fails.
     explicit aligned_buffer(std::size_t size, std::size_t alignment = 4096,
                             buffer_options options = {})
         : size_(size), alignment_(alignment) {
         if (alignment < 64 || (alignment & (alignment - 1)) != 0) {
             detail::throw_invalid("aligned_buffer: alignment " + std::to_string(alignment) +
                                   " is not a power of two >= 64");
+        }
+        if (size > std::numeric_limits<std::size_t>::max() - (alignment - 1)) {
+            detail::throw_invalid("aligned_buffer: size " + std::to_string(size) +
+                                  " rounded up to the alignment " + std::to_string(alignment) +
+                                  " does not fit in std::size_t");
         }
         capacity_ = static_cast<std::size_t>(align_up(size, alignment));
         if (capacity_ == 0) return;

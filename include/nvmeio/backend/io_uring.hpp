@@ -85,7 +85,8 @@ class io_uring_backend {
     static constexpr const char* name = "io_uring";
 
     /// Creates a ring for up to `queue_depth` requests in flight. Throws std::invalid_argument
-    /// for 0, io_error when the kernel refuses (the message says why and names the fallback).
+    /// for 0 or a depth above the kernel's limit (the message names the limit: 32768 since Linux
+    /// 5.4), io_error when the kernel refuses (the message says why and names the fallback).
     explicit io_uring_backend(unsigned queue_depth) : queue_depth_(queue_depth) {
         if (queue_depth == 0) detail::throw_invalid("queue_depth must be at least 1 (got 0)");
         io_uring_params params{};
@@ -95,6 +96,15 @@ class io_uring_backend {
         if (rc == -EINVAL) {  // kernels before 5.19 do not know the flag
             params = {};
             rc = ::io_uring_queue_init_params(queue_depth, &ring_, &params);
+        }
+        if (rc == -EINVAL) {
+            const unsigned limit = max_queue_depth();
+            if (limit != 0 && queue_depth > limit) {
+                detail::throw_invalid("queue_depth " + std::to_string(queue_depth) +
+                                      " exceeds this kernel's io_uring limit of " +
+                                      std::to_string(limit) +
+                                      " entries (IORING_MAX_ENTRIES); lower the queue depth");
+            }
         }
         if (rc < 0) {
             throw io_error({detail::errno_code(-rc),
@@ -155,6 +165,19 @@ class io_uring_backend {
 
     /// The queue depth the ring was created for.
     [[nodiscard]] unsigned queue_depth() const noexcept { return queue_depth_; }
+
+    /// The deepest ring this kernel creates, or 0 when it cannot tell. Asked with
+    /// IORING_SETUP_CLAMP, which makes the kernel shrink a too-deep ring to its limit instead of
+    /// refusing it (so this briefly creates a ring of that depth).
+    [[nodiscard]] static unsigned max_queue_depth() noexcept {
+        io_uring ring{};
+        io_uring_params params{};
+        params.flags = IORING_SETUP_CLAMP;
+        if (::io_uring_queue_init_params(1u << 30, &ring, &params) < 0) return 0;
+        const unsigned limit = params.sq_entries;
+        ::io_uring_queue_exit(&ring);
+        return limit;
+    }
 
   private:
     // Moves up to `max` ready completions into `out` without waiting.

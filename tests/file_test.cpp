@@ -1,6 +1,7 @@
 #define BOOST_TEST_MODULE file
 #include <boost/test/unit_test.hpp>
 
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -374,4 +375,21 @@ BOOST_AUTO_TEST_CASE(read_at_of_existing_bytes_o_direct_cannot_address_is_eoverf
         BOOST_TEST(contains(e.what(), "direct_io::off"), e.what());
         BOOST_TEST(e.offset() == max_offset - 3);
     }
+}
+
+// open() adds O_NONBLOCK so that a FIFO cannot block it; what is served must not keep it (io_uring
+// would answer EAGAIN instead of waiting for the disk).
+BOOST_AUTO_TEST_CASE(served_descriptors_are_left_blocking) {
+    temp_path path("blocking");
+    for (const direct_io direct : {direct_io::on, direct_io::off}) {
+        for (const open_mode mode : {open_mode::write, open_mode::read_write, open_mode::read}) {
+            file f(path.str(), mode, direct);
+            const int flags = ::fcntl(f.native_handle(), F_GETFL);
+            BOOST_TEST(flags >= 0);
+            BOOST_TEST((flags & O_NONBLOCK) == 0);
+            BOOST_TEST(((flags & O_DIRECT) != 0) == f.is_direct());
+        }
+    }
+    file null("/dev/null", open_mode::read_write, direct_io::automatic);
+    BOOST_TEST((::fcntl(null.native_handle(), F_GETFL) & O_NONBLOCK) == 0);
 }

@@ -7,10 +7,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nvmeio/aio_context.hpp>
 #include <nvmeio/backend/io_uring.hpp>
+#include <nvmeio/batch.hpp>
 #include <nvmeio/file.hpp>
+#include <nvmeio/parallel.hpp>
 #include <nvmeio/strategy.hpp>
 #include <string>
 #include <vector>
@@ -196,5 +199,56 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(past_the_device_end_writes_fail_with_enospc_and_re
         }
         BOOST_TEST(f.read_at(buffer.data() + 1, 10, device_size - 5) == 5u);
         BOOST_TEST(f.read_at(buffer.data() + 1, 10, device_size + 5) == 0u);
+    }
+}
+
+// Every front end reaches the device through the same engine: a parallel transfer and scattered
+// batches of odd sizes (many tensors or KV-cache blocks swapped to a raw device).
+BOOST_AUTO_TEST_CASE(parallel_and_batched_transfers_on_a_device_are_byte_exact) {
+    for (const unsigned sector : sector_sizes) {
+        BOOST_TEST_CONTEXT("sector " << sector) {
+            nvmeio_test::loop_device device(device_size, sector, 5);
+            if (!make_device(device, sector)) continue;
+            file f(device.path(), open_mode::read_write);
+            parallel_context parallel({2, {8, block}});
+            aligned_buffer whole(static_cast<std::size_t>(f.size()));
+            nvmeio_test::fill_pattern(whole.data(), whole.size(), 50);
+            BOOST_TEST(
+                parallel.transfer(f, operation::write, whole.data(), whole.size(), 0, {}).bytes ==
+                device_size);
+            std::vector<unsigned char> expected(whole.size());
+            std::memcpy(expected.data(), whole.data(), whole.size());
+            BOOST_TEST((nvmeio_test::slurp(device.image()) == expected));
+            std::memset(whole.data(), 0, whole.size());
+            BOOST_TEST(
+                parallel.transfer(f, operation::read, whole.data(), whole.size(), 0, {}).bytes ==
+                device_size);
+            BOOST_TEST(std::memcmp(whole.data(), expected.data(), whole.size()) == 0);
+
+            // Scattered requests of odd sizes (batches take aligned starts on O_DIRECT), the last
+            // one ending at the device's end.
+            aio_context context({8, block});
+            std::vector<std::vector<unsigned char>> pieces;
+            std::vector<batch_request> requests;
+            std::uint64_t at = 4096;
+            for (std::size_t i = 0; at < device_size; ++i) {
+                const std::size_t length =
+                    std::min<std::uint64_t>(device_size - at, 4096 * (i % 7) + 1 + 333 * i);
+                pieces.push_back(nvmeio_test::pattern(length, 60 + i));
+                requests.push_back({pieces.back().data(), length, at});
+                std::memcpy(expected.data() + at, pieces.back().data(), length);
+                at = align_up(at + length + 65'536 * (i % 3), 4096);
+            }
+            (void)write_batch(context, f, requests);
+            BOOST_TEST((nvmeio_test::slurp(device.image()) == expected));
+            for (auto& piece : pieces)
+                std::fill(piece.begin(), piece.end(), 0);
+            const batch_outcome got = read_batch(context, f, requests);
+            for (std::size_t i = 0; i < requests.size(); ++i) {
+                BOOST_TEST(got.results[i].bytes == requests[i].length);
+                BOOST_TEST(std::memcmp(pieces[i].data(), expected.data() + requests[i].offset,
+                                       requests[i].length) == 0);
+            }
+        }
     }
 }

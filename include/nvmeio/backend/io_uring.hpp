@@ -79,6 +79,11 @@ inline std::string describe_io_uring_setup_failure(int error_number, unsigned qu
 /// A request accepted by `submit` is in the submission ring: if the kernel does not consume it
 /// at once (io_uring_enter answered EAGAIN or EBUSY), the next `reap` hands it over, so an
 /// accepted request is never lost and never submitted twice.
+///
+/// Signals: a wait interrupted by a signal returns -EINTR (the engine calls again). A request the
+/// kernel cannot finish inline goes to the thread's io-wq workers; when a worker cannot be started
+/// (a signal pending during the clone, RLIMIT_NPROC, pids.max) the request completes with
+/// -ECANCELED, which the engine resubmits: nvmeio never cancels a request itself.
 class io_uring_backend {
   public:
     /// The backend's name in reports.

@@ -51,7 +51,12 @@ class loop_device {
             }
             const std::string path = "/dev/loop" + std::to_string(number);
             const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-            if (fd < 0) continue;
+            if (fd < 0) {
+                why_not_ = "open of " + path + ": " + std::strerror(errno);
+                if (errno != ENOENT) continue;
+                why_not_ += " (the device node does not exist in this container's /dev)";
+                break;
+            }
             loop_config config{};
             config.fd = static_cast<std::uint32_t>(backing);
             config.block_size = sector_size;

@@ -150,9 +150,8 @@ class engine {
         const clock::time_point start = perf_ != nullptr ? clock::now() : clock::time_point{};
         std::size_t body_total = 0;
         for (std::size_t i = 0; i < count_; ++i) {
-            segment& s = segments_[i];
+            segment& s = segments_[i];  // one that arrives failed is not moved
             s.bytes = 0;
-            s.failure = {};
             const bool padded = s.span > s.length;
             state_[i].body =
                 padded ? s.span : static_cast<std::size_t>(align_down(s.length, unit_));

@@ -205,7 +205,8 @@ struct batch_wave {
 // alignment unit first get the rest of that unit from the file, read through the queue.
 template <class Backend>
 void fill_bounced_writes(basic_aio_context<Backend>& context, file& f, batch_wave& w,
-                         engine_settings settings, const std::vector<batch_request>& requests) {
+                         const engine_settings& settings,
+                         const std::vector<batch_request>& requests) {
     const std::size_t unit = f.required_alignment();
     std::vector<segment> units;
     std::vector<std::size_t> owners;
@@ -216,7 +217,6 @@ void fill_bounced_writes(basic_aio_context<Backend>& context, file& f, batch_wav
         units.push_back({s.memory + start, s.offset + start, unit, 0, 0, {}});
         owners.push_back(i);
     }
-    settings.perf = nullptr;
     move_segments(context, f, operation::read, units.data(), units.size(), settings);
     for (std::size_t u = 0; u < units.size(); ++u) {
         if (units[u].failure) {
@@ -324,7 +324,11 @@ void run_groups(basic_aio_context<Backend>& context, file& f, operation op,
             if (body != g.length) add(g, body, g.length, nullptr);
         }
         engine_settings settings = settings_for(options.config, nullptr);
-        if (op == operation::write) fill_bounced_writes(context, f, w, settings, requests);
+        if (op == operation::write) {
+            engine_settings merge = settings;
+            if (options.config.measure) merge.perf = &perf.emplace_back();
+            fill_bounced_writes(context, f, w, merge, requests);
+        }
         if (options.config.measure) settings.perf = &perf.emplace_back();
         move_segments(context, f, op, w.segments.data(), w.segments.size(), settings);
         bool padded = false;

@@ -33,6 +33,7 @@
 #include <numeric>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "nvmeio/aio_context.hpp"
@@ -202,11 +203,12 @@ struct batch_wave {
 };
 
 // Before a wave of writes: bounced segments get the caller's bytes; those ending inside an
-// alignment unit first get the rest of that unit from the file, read through the queue.
+// alignment unit first get the rest of that unit from the file, read through the queue. Returns
+// where the furthest padded write ends and where the file must end if that is past its end.
 template <class Backend>
-void fill_bounced_writes(basic_aio_context<Backend>& context, file& f, batch_wave& w,
-                         const engine_settings& settings,
-                         const std::vector<batch_request>& requests) {
+std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
+    basic_aio_context<Backend>& context, file& f, batch_wave& w, const engine_settings& settings,
+    const std::vector<batch_request>& requests) {
     const std::size_t unit = f.required_alignment();
     std::vector<segment> units;
     std::vector<std::size_t> owners;
@@ -218,6 +220,7 @@ void fill_bounced_writes(basic_aio_context<Backend>& context, file& f, batch_wav
         owners.push_back(i);
     }
     move_segments(context, f, operation::read, units.data(), units.size(), settings);
+    std::pair<std::uint64_t, std::uint64_t> furthest{0, 0};
     for (std::size_t u = 0; u < units.size(); ++u) {
         if (units[u].failure) {
             w.segments[owners[u]].failure = units[u].failure;
@@ -225,6 +228,11 @@ void fill_bounced_writes(basic_aio_context<Backend>& context, file& f, batch_wav
         }
         // Past the file's end the unit is zeros, as the file reads there.
         std::memset(units[u].memory + units[u].bytes, 0, unit - units[u].bytes);
+        const segment& s = w.segments[owners[u]];
+        if (s.offset + s.span > furthest.first) {
+            furthest = {s.offset + s.span,
+                        std::max(s.offset + s.length, units[u].offset + units[u].bytes)};
+        }
     }
     for (std::size_t i = 0; i < w.segments.size(); ++i) {
         for (std::size_t p = w.first_piece[i]; w.segments[i].span != 0 && p < w.first_piece[i + 1];
@@ -235,17 +243,17 @@ void fill_bounced_writes(basic_aio_context<Backend>& context, file& f, batch_wav
                         piece.length);
         }
     }
+    return furthest;
 }
 
 // Moves the groups `which` (in that order) through `context`, in waves that each keep the
 // queue full. Results go to `results` (each request's own element, so workers running other
-// groups may share it), counts to `tally`, measurements (when asked) to `perf`. After padded
-// writes the file is cut back to `keep_size`.
+// groups may share it), counts to `tally`, measurements (when asked) to `perf`.
 template <class Backend>
 void run_groups(basic_aio_context<Backend>& context, file& f, operation op,
                 const std::vector<batch_request>& requests, const std::vector<batch_group>& groups,
                 const std::vector<std::size_t>& which, const batch_options& options,
-                std::uint64_t keep_size, std::vector<batch_result>& results, batch_outcome& tally,
+                std::vector<batch_result>& results, batch_outcome& tally,
                 std::vector<transfer_perf>& perf) {
     const std::size_t unit = f.required_alignment();
     const std::size_t arena_alignment =
@@ -324,17 +332,17 @@ void run_groups(basic_aio_context<Backend>& context, file& f, operation op,
             if (body != g.length) add(g, body, g.length, nullptr);
         }
         engine_settings settings = settings_for(options.config, nullptr);
+        std::pair<std::uint64_t, std::uint64_t> padding{0, 0};  // see fill_bounced_writes
         if (op == operation::write) {
             engine_settings merge = settings;
             if (options.config.measure) merge.perf = &perf.emplace_back();
-            fill_bounced_writes(context, f, w, merge, requests);
+            padding = fill_bounced_writes(context, f, w, merge, requests);
         }
         if (options.config.measure) settings.perf = &perf.emplace_back();
         move_segments(context, f, op, w.segments.data(), w.segments.size(), settings);
-        bool padded = false;
-        for (const segment& s : w.segments)
-            padded = padded || (op == operation::write && s.span > s.length);
-        const io_failure trim = padded ? trim_write_padding(f, keep_size) : io_failure{};
+        const io_failure trim = padding.first != 0
+                                    ? trim_write_padding(f, padding.first, padding.second)
+                                    : io_failure{};
         for (std::size_t i = 0; i < w.segments.size(); ++i) {
             const segment& done = w.segments[i];
             const io_failure& failure = done.failure ? done.failure : trim;
@@ -358,18 +366,6 @@ void run_groups(basic_aio_context<Backend>& context, file& f, operation op,
             }
         }
     }
-}
-
-// The size a write batch leaves the file: its old size, or the end of its last request.
-inline std::uint64_t size_after_batch(const file& f, operation op,
-                                      const std::vector<batch_request>& requests) {
-    if (op != operation::write) return 0;
-    std::error_code ec;
-    std::uint64_t keep = f.size(ec);
-    for (const batch_request& r : requests) {
-        if (r.length != 0) keep = std::max(keep, r.offset + r.length);
-    }
-    return keep;
 }
 
 // Measurements of the pieces as one, over `elapsed`.
@@ -396,8 +392,7 @@ batch_outcome run_batch(basic_aio_context<Backend>& context, file& f, operation 
     std::vector<std::size_t> all(groups.size());
     std::iota(all.begin(), all.end(), std::size_t{0});
     std::vector<transfer_perf> perf;
-    run_groups(context, f, op, requests, groups, all, options, size_after_batch(f, op, requests),
-               outcome.results, outcome, perf);
+    run_groups(context, f, op, requests, groups, all, options, outcome.results, outcome, perf);
     if (options.config.measure) settle_perf(outcome, perf, start);
     return outcome;
 }
@@ -432,7 +427,6 @@ batch_outcome transfer_batch(basic_parallel_context<Backend>& context, file& f, 
     const auto start = std::chrono::steady_clock::now();
     detail::check_batch(f, op, requests, options);
     const std::vector<detail::batch_group> groups = detail::plan_batch(f, requests, options);
-    const std::uint64_t keep_size = detail::size_after_batch(f, op, requests);
     const std::size_t unit = f.required_alignment();
     std::vector<std::size_t> spread;  // groups moved in parallel
     std::vector<std::size_t> ragged;  // written groups ending off the alignment
@@ -462,13 +456,13 @@ batch_outcome transfer_batch(basic_parallel_context<Backend>& context, file& f, 
         const std::vector<std::size_t> mine(
             spread.begin() + static_cast<std::ptrdiff_t>(cuts[part]),
             spread.begin() + static_cast<std::ptrdiff_t>(cuts[part + 1]));
-        detail::run_groups(worker, f, op, requests, groups, mine, options, keep_size,
-                           outcome.results, partial[part], perf[part]);
+        detail::run_groups(worker, f, op, requests, groups, mine, options, outcome.results,
+                           partial[part], perf[part]);
     });
     if (!ragged.empty()) {
         context.run(1, [&](std::size_t, basic_aio_context<Backend>& worker) {
-            detail::run_groups(worker, f, op, requests, groups, ragged, options, keep_size,
-                               outcome.results, partial.back(), perf.back());
+            detail::run_groups(worker, f, op, requests, groups, ragged, options, outcome.results,
+                               partial.back(), perf.back());
         });
     }
     for (const batch_outcome& p : partial) {

@@ -95,13 +95,14 @@ inline io_failure reserve_write_range(file& f, std::uint64_t offset, std::size_t
             length};
 }
 
-/// Cuts a regular file back to `keep` bytes when padded writes (whole alignment units written
-/// past the caller's end, see `segment::span`) left it longer.
-inline io_failure trim_write_padding(file& f, std::uint64_t keep) {
+/// After a padded write (whole alignment units written past the caller's end, see
+/// `segment::span`): when a regular file ends where the padding ended, cuts it back to `keep`,
+/// the larger of the caller's end and where the file ended inside that unit before. A file that
+/// someone grew further meanwhile is left alone.
+inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uint64_t keep) {
     if (f.kind() != file_kind::regular) return {};
     std::error_code ec;
-    const std::uint64_t size = f.size(ec);
-    if (!ec && size > keep) f.truncate(keep, ec);
+    if (f.size(ec) == padded_end && !ec) f.truncate(keep, ec);
     if (ec) return {ec, "truncate (after a padded write)", f.path(), keep, 0};
     return {};
 }

@@ -374,11 +374,10 @@ inline void settle_perf(batch_outcome& outcome, const std::vector<transfer_perf>
     std::vector<const transfer_perf*> parts;
     for (const transfer_perf& p : pieces)
         parts.push_back(&p);
-    outcome.perf = merge_perf(parts);
+    std::uint64_t bytes = 0;
     for (const batch_result& r : outcome.results)
-        outcome.perf.bytes += r.bytes;
-    outcome.perf.elapsed_us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+        bytes += r.bytes;
+    outcome.perf = merge_perf(parts, bytes, start);
 }
 
 // A checked batch on one context.

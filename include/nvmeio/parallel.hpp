@@ -146,11 +146,7 @@ class basic_parallel_context {
             std::vector<const transfer_perf*> pieces;
             for (const outcome& o : outcomes)
                 pieces.push_back(&o.result.perf);
-            result.perf = detail::merge_perf(pieces);
-            result.perf.bytes = result.bytes;
-            result.perf.elapsed_us =
-                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                    .count();
+            result.perf = detail::merge_perf(pieces, result.bytes, start);
         }
         return result;
     }

@@ -115,10 +115,14 @@ inline latency_stats merge_latency(const std::vector<const latency_stats*>& part
     return out;
 }
 
-// Several pieces' measurements as one: latencies merged, counts summed. Bytes and elapsed time
-// are the caller's (pieces may overlap in time).
-inline transfer_perf merge_perf(const std::vector<const transfer_perf*>& pieces) {
+// Several pieces' measurements as one: latencies merged, counts summed, `bytes`, and the time
+// since `start` (pieces may overlap in time).
+inline transfer_perf merge_perf(const std::vector<const transfer_perf*>& pieces,
+                                std::uint64_t bytes, std::chrono::steady_clock::time_point start) {
     transfer_perf out;
+    out.bytes = bytes;
+    out.elapsed_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
     std::vector<const latency_stats*> submits;
     std::vector<const latency_stats*> completions;
     for (const transfer_perf* p : pieces) {

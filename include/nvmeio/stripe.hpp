@@ -177,11 +177,7 @@ transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& s
         std::vector<const transfer_perf*> pieces;
         for (const batch_outcome& o : outcomes)
             pieces.push_back(&o.perf);
-        result.perf = detail::merge_perf(pieces);
-        result.perf.bytes = result.bytes;
-        result.perf.elapsed_us =
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                .count();
+        result.perf = detail::merge_perf(pieces, result.bytes, start);
     }
     return result;
 }

@@ -38,31 +38,11 @@ namespace detail {
 /// with nothing in flight, or completions answering EAGAIN/EINTR/ECANCELED without progress.
 inline constexpr std::chrono::seconds submit_retry_budget{10};
 
-/// What an engine does when a submission call accepts nothing and no request is in flight to
-/// reap for room: pause 100 us and try again, for at most `submit_retry_budget` in a row.
-class submit_backoff {
+/// Counts `submit_retry_budget` from the first of a run of "try again" answers.
+class retry_budget {
   public:
-    /// A submission made progress: the budget starts afresh.
+    /// Progress: the next "try again" starts a new budget.
     void reset() noexcept { deadline_ = {}; }
-    /// After a submission call returned `rc` with nothing accepted: true when the caller should
-    /// call again, having reaped one completion for room (`reap_one`) when requests are in
-    /// flight, or paused otherwise; false when `rc` is a hard error or the budget is spent.
-    template <class ReapOne>
-    bool retry(int rc, bool in_flight, ReapOne&& reap_one) {
-        if (rc != 0 && rc != -EAGAIN && rc != -EINTR) return false;
-        if (!in_flight) return pause();
-        reap_one();
-        return true;
-    }
-
-    /// Pauses and returns true while the budget lasts; false once it is spent.
-    bool pause() noexcept {
-        if (spent()) return false;
-        const timespec interval{0, 100'000};
-        ::nanosleep(&interval, nullptr);
-        return true;
-    }
-
     /// Starts the budget on first use; true once it is spent.
     bool spent() noexcept {
         const auto now = std::chrono::steady_clock::now();
@@ -306,7 +286,7 @@ class engine {
 
     void submit_pending() {
         std::size_t sent = 0;
-        submit_backoff backoff;
+        retry_budget backoff;
         while (!lost_) {
             if (purge_) drop_failed_pending(sent);
             if (sent >= pending_.size()) break;
@@ -325,7 +305,19 @@ class engine {
                 backoff.reset();
                 continue;
             }
-            if (backoff.retry(rc, inflight_ > 0, [this] { reap(1); })) continue;
+            if (rc == 0 || rc == -EAGAIN || rc == -EINTR) {
+                // Refused for now: reap a completion to make room, or, with nothing in flight,
+                // pause 100 us and try again while the budget lasts.
+                if (inflight_ > 0) {
+                    reap(1);
+                    continue;
+                }
+                if (!backoff.spent()) {
+                    const timespec pause{0, 100'000};
+                    ::nanosleep(&pause, nullptr);
+                    continue;
+                }
+            }
             // Refused: the request's segment fails; the other segments go on.
             const io_request& refused = pending_[sent];
             const auto id = static_cast<unsigned>(refused.user_data);
@@ -494,9 +486,9 @@ class engine {
     std::vector<io_request> pending_;
     std::vector<io_completion> completions_;
     std::vector<remnant> remnants_;
-    submit_backoff transient_;
-    bool purge_ = false;  // a segment failed: drop its queued requests before submitting
-    bool lost_ = false;   // reaping failed: in-flight requests could not be waited for
+    retry_budget transient_;  // completions answering EAGAIN/EINTR/ECANCELED
+    bool purge_ = false;      // a segment failed: drop its queued requests before submitting
+    bool lost_ = false;       // reaping failed: in-flight requests could not be waited for
 
     std::vector<double> submit_samples_;
     std::vector<double> completion_samples_;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <nvmeio/batch.hpp>
 #include <random>
 #include <string>
@@ -312,4 +313,137 @@ BOOST_AUTO_TEST_CASE(member_by_member_failure_fails_that_member_only) {
     }
     BOOST_TEST(got.results[3].failure.offset == 3 * block + 16 * 1024);
     BOOST_TEST(got.bounced_bytes == 0u);
+}
+
+// Requests smaller than one alignment unit, or with ragged ends, scattered with gaps: each costs
+// one queued I/O of whole units (the measured request count proves none went synchronously),
+// reads are exact, writes merge the units with the file's bytes and leave the size right.
+BOOST_AUTO_TEST_CASE_TEMPLATE(small_and_ragged_requests_go_through_the_queue_one_unit_each,
+                              TestType, backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
+    basic_aio_context<TestType> context({16, block});
+    for (const transfer_config& config : nvmeio_test::every_config()) {
+        BOOST_TEST_CONTEXT(to_string(config.strategy) << "/" << to_string(config.submit)) {
+            temp_path path("batch_small");
+            const std::size_t count = 300;
+            const std::size_t stride = 3 * 4096;
+            // The file ends inside the last request's last unit: before its end (the file grows to
+            // it) or after it (the file keeps its size), alternately.
+            const std::size_t old_size =
+                count * stride - (config.submit == submit_mode::block ? 10'000 : 7000);
+            const auto old_bytes = nvmeio_test::pattern(old_size, 31);
+            nvmeio_test::spew(path.str(), old_bytes.data(), old_bytes.size());
+            std::vector<std::vector<unsigned char>> buffers;
+            std::vector<batch_request> requests;
+            std::vector<unsigned char> expected = old_bytes;
+            for (std::size_t i = 0; i < count; ++i) {
+                // 1 to 100 bytes, or a unit and a bit, at aligned offsets, in odd memory.
+                const std::size_t length = i % 3 == 2 ? 4096 + 1 + i : 1 + i % 100;
+                buffers.push_back(nvmeio_test::pattern(length + 1, 1000 + i));
+                requests.push_back({buffers.back().data() + 1, length, i * stride});
+                if (expected.size() < i * stride + length) expected.resize(i * stride + length, 0);
+                std::memcpy(expected.data() + i * stride, buffers.back().data() + 1, length);
+            }
+            batch_options options;
+            options.config = config;
+            options.config.measure = true;
+            {
+                file out(path.str(), open_mode::read_write);
+                const batch_outcome w = write_batch(context, out, requests, options);
+                // Each request ends inside a unit: the unit is read for merging, then the
+                // request is written, one queued I/O each.
+                BOOST_TEST(w.perf.requests == 2 * count);
+                BOOST_TEST(w.perf.resubmissions == 0u);
+            }
+            BOOST_TEST((nvmeio_test::slurp(path.str()) == expected));
+            std::vector<std::vector<unsigned char>> back;
+            for (batch_request& r : requests) {
+                back.emplace_back(r.length + 2, 0xEE);
+                r.buffer = back.back().data() + 1;
+            }
+            file in(path.str(), open_mode::read);
+            const batch_outcome got = read_batch(context, in, requests, options);
+            for (std::size_t i = 0; i < count; ++i) {
+                BOOST_TEST_CONTEXT("request " << i) {
+                    BOOST_TEST(got.results[i].bytes == requests[i].length);
+                    BOOST_TEST(std::memcmp(requests[i].buffer, expected.data() + i * stride,
+                                           requests[i].length) == 0);
+                    BOOST_TEST(back[i].front() == 0xEE);  // nothing written around the buffer
+                    BOOST_TEST(back[i].back() == 0xEE);
+                }
+            }
+            BOOST_TEST(got.perf.requests == count);
+            std::size_t total = 0;
+            for (const batch_request& r : requests)
+                total += r.length;
+            BOOST_TEST(got.perf.bytes == total);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(batch_options_config_reaches_the_engine) {
+    temp_path path("batch_config");
+    const std::size_t count = 64;
+    aligned_buffer flat(count * 4096);
+    nvmeio_test::fill_pattern(flat.data(), flat.size(), 3);
+    std::vector<batch_request> requests;
+    for (std::size_t i = 0; i < count; ++i)  // gaps: one I/O per request
+        requests.push_back({flat.data() + i * 4096, 4096, i * 2 * 4096});
+    aio_context context({8, block});
+    file f(path.str(), open_mode::write);
+    for (submit_mode mode : {submit_mode::single, submit_mode::block}) {
+        batch_options options;
+        options.config = {strategy_kind::sequential, mode, true};
+        const batch_outcome w = write_batch(context, f, requests, options);
+        BOOST_TEST(w.perf.requests == count);
+        BOOST_TEST(w.perf.bytes == count * 4096);
+        BOOST_TEST(w.perf.elapsed_us > 0);
+        BOOST_TEST(w.perf.completion.count == count);
+        if (mode == submit_mode::single) {
+            BOOST_TEST(w.perf.submit.count == count);
+        } else {  // sequential, depth 8: a call per round of 8
+            BOOST_TEST(w.perf.submit.count == count / 8);
+        }
+    }
+    batch_options quiet;  // not measuring: nothing is recorded
+    const batch_outcome r = read_batch(context, f, requests, quiet);
+    BOOST_TEST(r.perf.requests == 0u);
+    BOOST_TEST(r.perf.submit.count == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(sizes_near_size_max_in_batch_options_do_not_overflow) {
+    temp_path path("batch_huge_options");
+    aio_context context({4, block});
+    std::vector<std::vector<unsigned char>> buffers;
+    std::vector<batch_request> requests;
+    std::vector<unsigned char> expected;
+    for (std::size_t i = 0; i < 20; ++i) {
+        buffers.push_back(nvmeio_test::pattern(5000 + i, 60 + i));
+        requests.push_back({buffers.back().data(), buffers.back().size(), expected.size()});
+        expected.insert(expected.end(), buffers.back().begin(), buffers.back().end());
+    }
+    const std::size_t huge = std::numeric_limits<std::size_t>::max();
+    for (int which = 0; which < 4; ++which) {
+        BOOST_TEST_CONTEXT("setting " << which) {
+            batch_options options;
+            if (which == 0 || which == 3) options.bounce_size = huge;
+            if (which == 1 || which == 3) options.max_io_size = huge;
+            if (which == 2 || which == 3) options.min_direct_size = huge;
+            {
+                file out(path.str(), open_mode::write);
+                (void)write_batch(context, out, requests, options);
+            }
+            BOOST_TEST((nvmeio_test::slurp(path.str()) == expected));
+            file in(path.str(), open_mode::read);
+            std::vector<std::vector<unsigned char>> back;
+            std::vector<batch_request> reads = requests;
+            for (batch_request& r : reads) {
+                back.emplace_back(r.length);
+                r.buffer = back.back().data();
+            }
+            (void)read_batch(context, in, reads, options);
+            for (std::size_t i = 0; i < reads.size(); ++i)
+                BOOST_TEST((back[i] == buffers[i]));
+        }
+    }
 }

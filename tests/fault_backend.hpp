@@ -2,6 +2,8 @@
 // A test-only Backend policy that wraps a real one and injects the failures a kernel can produce,
 // on a schedule or at random from a seed. The library never sees it: tests instantiate
 // `basic_aio_context<fault_backend<libaio_backend>>` and pass a fault_plan after the options.
+// Contexts that a parallel or async context creates get no plan: they start disarmed and are
+// armed through the registry of live backends (`fault_backend<Inner>::each`).
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -24,18 +27,19 @@ namespace nvmeio_test {
 
 // What goes wrong. Each kind has its own count of opportunities (calls or events it could hit).
 enum class fault {
-    partial_submit,  // io_submit accepts fewer than asked (possibly none, with no error)
-    submit_eagain,   // io_submit returns -EAGAIN and accepts nothing
-    submit_error,    // io_submit returns -EINVAL and accepts nothing (a hard error)
-    reap_eintr,      // io_getevents returns -EINTR and reaps nothing
-    reap_error,      // io_getevents returns -EFAULT and reaps nothing (a hard error)
-    short_result,    // an event reports fewer bytes than were asked (at least 1)
-    event_eagain,    // an event reports -EAGAIN (transient: the range must be asked again)
-    event_eio,       // an event reports -EIO
-    write_enospc,    // a write event reports -ENOSPC
-    write_zero,      // a write event reports 0 bytes (the device accepted nothing)
-    over_result,     // an event reports more bytes than were asked (a broken driver)
-    count_           // not a fault: the number of kinds
+    partial_submit,   // io_submit accepts fewer than asked (possibly none, with no error)
+    submit_eagain,    // io_submit returns -EAGAIN and accepts nothing
+    submit_error,     // io_submit returns -EINVAL and accepts nothing (a hard error)
+    reap_eintr,       // io_getevents returns -EINTR and reaps nothing
+    reap_error,       // io_getevents returns -EFAULT and reaps nothing (a hard error)
+    short_result,     // an event reports fewer bytes than were asked (at least 1)
+    event_eagain,     // an event reports -EAGAIN (transient: the range must be asked again)
+    event_ecanceled,  // an event reports -ECANCELED (io_uring under a signal storm; transient)
+    event_eio,        // an event reports -EIO
+    write_enospc,     // a write event reports -ENOSPC
+    write_zero,       // a write event reports 0 bytes (the device accepted nothing)
+    over_result,      // an event reports more bytes than were asked (a broken driver)
+    count_            // not a fault: the number of kinds
 };
 
 inline const char* to_string(fault f) {
@@ -54,6 +58,8 @@ inline const char* to_string(fault f) {
             return "short_result";
         case fault::event_eagain:
             return "event_eagain";
+        case fault::event_ecanceled:
+            return "event_ecanceled";
         case fault::event_eio:
             return "event_eio";
         case fault::write_enospc:
@@ -71,8 +77,8 @@ inline const char* to_string(fault f) {
 // Faults after which a transfer must still complete with exact bytes.
 inline const std::vector<fault>& recoverable_faults() {
     static const std::vector<fault> kinds = {fault::partial_submit, fault::submit_eagain,
-                                             fault::reap_eintr, fault::short_result,
-                                             fault::event_eagain};
+                                             fault::reap_eintr,     fault::short_result,
+                                             fault::event_eagain,   fault::event_ecanceled};
     return kinds;
 }
 
@@ -113,10 +119,33 @@ class fault_backend {
     static constexpr const char* name = "fault";
 
     fault_backend(unsigned queue_depth, fault_plan plan)
-        : inner_(queue_depth), plan_(std::move(plan)), random_(plan_.seed) {}
+        : inner_(queue_depth), plan_(std::move(plan)), random_(plan_.seed) {
+        std::lock_guard<std::mutex> lock(registry_mutex());
+        registry().push_back(this);
+    }
+    explicit fault_backend(unsigned queue_depth) : fault_backend(queue_depth, fault_plan{}) {}
 
     fault_backend(const fault_backend&) = delete;
     fault_backend& operator=(const fault_backend&) = delete;
+    ~fault_backend() {
+        std::lock_guard<std::mutex> lock(registry_mutex());
+        auto& all = registry();
+        for (std::size_t i = 0; i < all.size(); ++i) {
+            if (all[i] == this) {
+                all.erase(all.begin() + static_cast<std::ptrdiff_t>(i));
+                break;
+            }
+        }
+    }
+
+    // Calls f(backend) for every live fault backend over Inner. Only between transfers: the
+    // pools' job queues order these calls before and after the workers' use.
+    template <class F>
+    static void each(F&& f) {
+        std::lock_guard<std::mutex> lock(registry_mutex());
+        for (fault_backend* b : registry())
+            f(*b);
+    }
 
     int submit(const nvmeio::io_request* requests, std::size_t count) noexcept {
         if (count == 0) return inner_.submit(requests, count);
@@ -223,6 +252,12 @@ class fault_backend {
             c.result = -EAGAIN;
             return;
         }
+        if (strikes(fault::event_ecanceled)) {
+            note(fault::event_ecanceled, r, 0);
+            unmove(r, 0, c.result);
+            c.result = -ECANCELED;
+            return;
+        }
         if (strikes(fault::event_eio)) {
             c.result = note(fault::event_eio, r, -EIO);
             return;
@@ -261,6 +296,15 @@ class fault_backend {
             std::abort();
         }
         ::close(fd);
+    }
+
+    static std::mutex& registry_mutex() {
+        static std::mutex m;
+        return m;
+    }
+    static std::vector<fault_backend*>& registry() {
+        static std::vector<fault_backend*> all;
+        return all;
     }
 
     Inner inner_;

@@ -2,9 +2,15 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <nvmeio/async.hpp>
 #include <nvmeio/backend/io_uring.hpp>
+#include <nvmeio/batch.hpp>
+#include <nvmeio/parallel.hpp>
 #include <nvmeio/strategy.hpp>
+#include <nvmeio/stripe.hpp>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -16,6 +22,7 @@
 #include "test_support.hpp"
 
 using namespace nvmeio;
+using nvmeio_test::contains;
 using nvmeio_test::fault;
 using nvmeio_test::fault_plan;
 using nvmeio_test::temp_path;
@@ -40,6 +47,32 @@ constexpr std::size_t length = 9 * block + 1000;  // many requests and an unalig
 constexpr std::uint64_t offset = 8192;            // aligned, but not to the block size
 constexpr std::chrono::seconds bound{60};         // far above any healthy transfer here
 
+// The front ends a cell runs through: each splits the same range its own way and all run on
+// the one engine.
+enum class front {
+    transfer,         // one transfer on one context
+    batch_coalesced,  // a batch of requests adjacent in memory and file (zero-copy, ragged end)
+    batch_bounced,    // a batch of small and ragged requests in unaligned memory (bounce arena)
+    parallel,         // a transfer split over a parallel context's threads
+    async,            // a transfer run by an async context's worker
+};
+
+const char* to_string(front fe) {
+    switch (fe) {
+        case front::transfer:
+            return "transfer";
+        case front::batch_coalesced:
+            return "batch-coalesced";
+        case front::batch_bounced:
+            return "batch-bounced";
+        case front::parallel:
+            return "parallel";
+        case front::async:
+            break;
+    }
+    return "async";
+}
+
 // One cell of the matrix.
 struct cell {
     fault kind;
@@ -50,11 +83,12 @@ struct cell {
     bool at_end;     // a read meets the end of the file / a write grows a fresh file
     bool scheduled;  // faults at fixed opportunities, or at random from a seed
     std::uint64_t seed;
+    front fe = front::transfer;
 
     std::string str() const {
-        return std::string(nvmeio_test::to_string(kind)) + " " + to_string(strategy) + "/" +
-               to_string(submit) + " " + to_string(op) + (direct ? " direct" : " buffered") +
-               (at_end ? " at-end" : " inside") +
+        return std::string(to_string(fe)) + " " + nvmeio_test::to_string(kind) + " " +
+               to_string(strategy) + "/" + to_string(submit) + " " + to_string(op) +
+               (direct ? " direct" : " buffered") + (at_end ? " at-end" : " inside") +
                (scheduled ? " scheduled" : " random seed=" + std::to_string(seed));
     }
 };
@@ -88,9 +122,12 @@ struct setup {
     temp_path path{"fault"};
     std::vector<unsigned char> old_bytes;
     aligned_buffer buffer{length + 8192};
+    std::byte* memory;  // the caller's bytes: unaligned for the bounced batch
     file f;
 
-    explicit setup(const cell& c) : old_bytes(nvmeio_test::pattern(old_size_for(c), c.seed)) {
+    explicit setup(const cell& c)
+        : old_bytes(nvmeio_test::pattern(old_size_for(c), c.seed)),
+          memory(buffer.data() + (c.fe == front::batch_bounced ? 1 : 0)) {
         nvmeio_test::spew(path.str(), old_bytes.data(), old_bytes.size());
         f = file(path.str(), c.op == operation::read ? open_mode::read : open_mode::read_write,
                  c.direct ? direct_io::on : direct_io::off);
@@ -105,16 +142,118 @@ struct setup {
     std::vector<unsigned char> written() const {
         std::vector<unsigned char> expected = old_bytes;
         if (expected.size() < offset + length) expected.resize(offset + length, 0);
-        std::memcpy(expected.data() + offset, buffer.data(), length);
+        std::memcpy(expected.data() + offset, memory, length);
         return expected;
     }
 };
 
-template <class Context>
-transfer_result run(Context& context, setup& s, const cell& c) {
+// The requests a batch front end cuts the range into, in the file's order.
+std::vector<batch_request> requests_for(front fe, std::byte* memory) {
+    std::vector<std::size_t> sizes;
+    if (fe == front::batch_coalesced) {
+        sizes = {3 * block + 4096, 3 * block - 4096, length - 6 * block};
+    } else {
+        for (std::size_t at = 0, i = 0; at < length; ++i) {
+            static const std::size_t cycle[] = {100, 4000, 9000, 70'000, 3000, 4096};
+            sizes.push_back(std::min(cycle[i % 6], length - at));
+            at += sizes.back();
+        }
+    }
+    std::vector<batch_request> out;
+    std::size_t at = 0;
+    for (std::size_t size : sizes) {
+        out.push_back({memory + at, size, offset + at});
+        at += size;
+    }
+    return out;
+}
+
+// Contexts of every front end over one real backend; the fault plan reaches all of them.
+template <class Inner>
+struct rig {
+    using backend = nvmeio_test::fault_backend<Inner>;
+    faulty_context<Inner> single{{depth, block}, fault_plan{}};
+    std::unique_ptr<basic_parallel_context<backend>> parallel;
+    std::unique_ptr<basic_async_context<backend>> async;
+
+    rig() {
+        parallel_options p;
+        p.threads = 3;
+        p.context = {depth, block};
+        p.min_piece_size = 4096;  // small pieces, so every thread gets one
+        parallel = std::make_unique<basic_parallel_context<backend>>(p);
+        async = std::make_unique<basic_async_context<backend>>(async_options{2, {depth, block}});
+    }
+    void arm(const fault_plan& plan) {
+        backend::each([&](backend& b) { b.rearm(plan); });
+    }
+    void disarm() {
+        backend::each([](backend& b) { b.disarm(); });
+    }
+    std::size_t inflight() {
+        std::size_t n = 0;
+        backend::each([&](backend& b) { n += b.inflight(); });
+        return n;
+    }
+    std::uint64_t injected() {
+        std::uint64_t n = 0;
+        backend::each([&](backend& b) { n += b.injected(); });
+        return n;
+    }
+    // True when some backend's fault struck the request at `offset` of `length` bytes.
+    bool struck(std::uint64_t at, std::uint64_t bytes, operation* op = nullptr) {
+        bool found = false;
+        backend::each([&](backend& b) {
+            if (b.injected() == 0 || b.struck().offset != at || b.struck().length != bytes) return;
+            found = true;
+            if (op != nullptr) *op = b.struck().op;
+        });
+        return found;
+    }
+};
+
+// Runs the cell's front end; returns what it moved; throws io_error on failure.
+template <class Inner>
+transfer_result run(rig<Inner>& r, setup& s, const cell& c) {
     const transfer_config config{c.strategy, c.submit, false};
     return nvmeio_test::within(bound, c.str(), [&] {
-        return transfer(context, s.f, c.op, s.buffer.data(), length, offset, config);
+        transfer_result result;
+        switch (c.fe) {
+            case front::transfer:
+                return transfer(r.single, s.f, c.op, s.memory, length, offset, config);
+            case front::parallel:
+                return r.parallel->transfer(s.f, c.op, s.memory, length, offset, config);
+            case front::async: {
+                transfer_handle h = r.async->submit(s.f, c.op, s.memory, length, offset, config);
+                return h.wait();
+            }
+            case front::batch_coalesced:
+            case front::batch_bounced:
+                break;
+        }
+        batch_options options;
+        options.config = config;
+        options.max_io_size = c.fe == front::batch_coalesced ? 4 * block : 2 * block;
+        options.bounce_size = 3 * block;  // several waves
+        const std::vector<batch_request> requests = requests_for(c.fe, s.memory);
+        const batch_outcome outcome = c.op == operation::read
+                                          ? read_batch(r.single, s.f, requests, options)
+                                          : write_batch(r.single, s.f, requests, options);
+        for (std::size_t i = 0; i < requests.size(); ++i) {
+            // A read ending early moves every byte before the end and none after it.
+            if (i > 0 && outcome.results[i].bytes != 0)
+                BOOST_TEST(outcome.results[i - 1].bytes == requests[i - 1].length);
+            result.bytes += outcome.results[i].bytes;
+        }
+        return result;
+    });
+}
+
+template <class Inner>
+transfer_result run(faulty_context<Inner>& context, setup& s, const cell& c) {
+    const transfer_config config{c.strategy, c.submit, false};
+    return nvmeio_test::within(bound, c.str(), [&] {
+        return transfer(context, s.f, c.op, s.memory, length, offset, config);
     });
 }
 
@@ -123,10 +262,12 @@ void check_exact(setup& s, const cell& c, const transfer_result& result) {
     if (c.op == operation::read) {
         const std::size_t exists = std::min<std::size_t>(length, s.old_bytes.size() - offset);
         BOOST_TEST(result.bytes == exists);
-        BOOST_TEST(std::memcmp(s.buffer.data(), s.old_bytes.data() + offset, exists) == 0);
+        BOOST_TEST(std::memcmp(s.memory, s.old_bytes.data() + offset, exists) == 0);
         std::size_t touched = 0;
-        for (std::size_t i = length; i < s.buffer.capacity(); ++i)
-            touched += s.buffer.data()[i] != std::byte{0xAB};
+        for (std::byte* b = s.memory + length; b < s.buffer.data() + s.buffer.capacity(); ++b)
+            touched += *b != std::byte{0xAB};
+        for (std::byte* b = s.buffer.data(); b < s.memory; ++b)
+            touched += *b != std::byte{0xAB};
         BOOST_TEST(touched == 0u, "bytes past the requested length were overwritten");
     } else {
         BOOST_TEST(result.bytes == length);
@@ -342,4 +483,277 @@ BOOST_AUTO_TEST_CASE(persistent_submit_eagain_is_reported_after_the_retry_budget
             BOOST_TEST(context.backend().inflight() == 0u);
         }
     }
+}
+
+namespace {
+
+const front every_other_front[] = {front::batch_coalesced, front::batch_bounced, front::parallel,
+                                   front::async};
+
+// Every fault class x strategy x submit mode x read/write for each front end but the plain
+// transfer (the matrices above cover it in more dimensions). O_DIRECT; the rest alternates.
+// NVMEIO_FAULT_STRIDE=n keeps every n-th cell (scripts/sanitize.sh: the sanitizers walk the
+// code paths; the normal test pass runs every cell).
+std::vector<cell> front_matrix(const std::vector<fault>& kinds) {
+    const char* text = std::getenv("NVMEIO_FAULT_STRIDE");
+    const int asked = text != nullptr ? std::atoi(text) : 1;
+    const std::uint64_t stride = asked > 1 ? static_cast<std::uint64_t>(asked) : 1;
+    std::vector<cell> out;
+    std::uint64_t seed = 1000;
+    for (front fe : every_other_front)
+        for (fault kind : kinds)
+            for (strategy_kind s : {strategy_kind::sequential, strategy_kind::overlapped})
+                for (submit_mode m : {submit_mode::single, submit_mode::block})
+                    for (operation op : {operation::read, operation::write}) {
+                        if (op == operation::read && !nvmeio_test::applies_to_reads(kind)) continue;
+                        if (++seed % stride != 0) continue;     // seed: 1001, 1002...
+                        const std::uint64_t n = seed / stride;  // kept cells alternate too
+                        out.push_back({kind, s, m, op, true, n % 2 == 0, n % 3 != 0, seed, fe});
+                    }
+    return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(every_front_end_recovers_from_every_recoverable_fault, Inner,
+                              real_backends) {
+    if (!nvmeio_test::backend_usable<Inner>()) return;
+    const nvmeio_test::held_resources before;
+    {
+        rig<Inner> r;
+        for (const cell& c : front_matrix(nvmeio_test::recoverable_faults())) {
+            BOOST_TEST_CONTEXT(c.str()) {
+                setup s(c);
+                r.arm(plan_for(c));
+                try {
+                    check_exact(s, c, run(r, s, c));
+                } catch (const io_error& e) {
+                    BOOST_ERROR("the transfer failed: " << e.what());
+                }
+                if (c.scheduled) BOOST_TEST(r.injected() > 0u);
+                BOOST_TEST(r.inflight() == 0u);
+            }
+        }
+    }
+    BOOST_TEST(nvmeio_test::held_resources{} == before);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(every_front_end_reports_fatal_faults_precisely, Inner,
+                              real_backends) {
+    if (!nvmeio_test::backend_usable<Inner>()) return;
+    const nvmeio_test::held_resources before;
+    {
+        rig<Inner> r;
+        for (const cell& c : front_matrix(nvmeio_test::fatal_faults())) {
+            BOOST_TEST_CONTEXT(c.str()) {
+                setup s(c);
+                fault_plan plan;
+                plan.kinds = {c.kind};
+                plan.schedule = {0};
+                plan.max_faults = 1;  // per backend: a parallel transfer may fail in every piece
+                r.arm(plan);
+                try {
+                    (void)run(r, s, c);
+                    BOOST_FAIL("the transfer succeeded despite the fault");
+                } catch (const io_error& e) {
+                    const std::errc expected =
+                        c.kind == fault::submit_error   ? std::errc::invalid_argument
+                        : c.kind == fault::write_enospc ? std::errc::no_space_on_device
+                        : c.kind == fault::write_zero   ? std::errc::no_space_on_device
+                                                        : std::errc::io_error;
+                    BOOST_TEST((e.code() == expected), e.what());
+                    BOOST_TEST(e.path() == s.path.str());
+                    // The error names a request a fault struck, and its direction (a write batch
+                    // reads the units it merges, so a fault may strike such a read).
+                    operation struck_op = c.op;
+                    BOOST_TEST(r.struck(e.offset(), e.length(), &struck_op), e.what());
+                    BOOST_TEST(e.operation().find(to_string(struck_op)) != std::string::npos,
+                               e.what());
+                }
+                BOOST_TEST(r.inflight() == 0u, "a request was left in flight");
+                if (c.op == operation::write) {
+                    const std::vector<unsigned char> now = nvmeio_test::slurp(s.path.str());
+                    BOOST_TEST(now.size() >= s.old_bytes.size());
+                    BOOST_TEST(now.size() <=
+                               std::max<std::size_t>(s.old_bytes.size(), offset + length));
+                    std::size_t changed = 0;
+                    for (std::size_t i = 0; i < std::min<std::size_t>(offset, s.old_bytes.size());
+                         ++i)
+                        changed += now[i] != s.old_bytes[i];
+                    for (std::size_t i = offset + length; i < s.old_bytes.size(); ++i)
+                        changed += now[i] != s.old_bytes[i];
+                    BOOST_TEST(changed == 0u, "bytes outside the failed write's range changed");
+                }
+                r.disarm();
+                if (c.seed % 4 == 0) {  // every fourth cell: the contexts are still usable
+                    try {
+                        check_exact(s, c, run(r, s, c));
+                    } catch (const io_error& e) {
+                        BOOST_ERROR("the clean transfer after the failure failed: " << e.what());
+                    }
+                }
+            }
+        }
+    }
+    BOOST_TEST(nvmeio_test::held_resources{} == before);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(stripes_recover_from_faults_and_report_them, Inner, real_backends) {
+    if (!nvmeio_test::backend_usable<Inner>()) return;
+    using backend = nvmeio_test::fault_backend<Inner>;
+    parallel_options options;
+    options.threads = 2;
+    options.context = {depth, block};
+    basic_parallel_context<backend> context(options);
+    const std::size_t unit = 2 * block;
+    const auto logical = nvmeio_test::pattern(length, 77);
+    auto arm = [](const fault_plan& plan) { backend::each([&](backend& b) { b.rearm(plan); }); };
+    std::uint64_t seed = 1;
+    for (fault kind : nvmeio_test::recoverable_faults()) {
+        for (const transfer_config& config : nvmeio_test::every_config()) {
+            for (operation op : {operation::write, operation::read}) {
+                BOOST_TEST_CONTEXT("stripes " << nvmeio_test::to_string(kind) << " "
+                                              << to_string(config.strategy) << "/"
+                                              << to_string(config.submit) << " " << to_string(op)) {
+                    temp_path a("fault_stripe"), b("fault_stripe");
+                    stripe_set set({a.str(), b.str()}, open_mode::read_write, unit);
+                    batch_options o;
+                    o.config = config;
+                    std::vector<unsigned char> buffer(logical);
+                    if (op == operation::read) {  // lay the files out cleanly first
+                        arm({});
+                        (void)write(context, set, logical.data(), length, 0, o);
+                        std::fill(buffer.begin(), buffer.end(), 0);
+                    }
+                    fault_plan plan;
+                    plan.kinds = {kind};
+                    plan.probability = 0.3;
+                    plan.seed = seed++;
+                    arm(plan);
+                    const transfer_result done = nvmeio_test::within(bound, "stripes", [&] {
+                        return transfer(context, set, op, buffer.data(), length, 0, o);
+                    });
+                    BOOST_TEST(done.bytes == length);
+                    BOOST_TEST((buffer == logical));
+                    const std::vector<unsigned char> files[] = {nvmeio_test::slurp(a.str()),
+                                                                nvmeio_test::slurp(b.str())};
+                    std::size_t wrong = 0;
+                    for (std::size_t x = 0; x < length; ++x) {
+                        const auto& f = files[x / unit % 2];
+                        const std::size_t at = x / unit / 2 * unit + x % unit;
+                        wrong += at >= f.size() || f[at] != logical[x];
+                    }
+                    BOOST_TEST(wrong == 0u);
+                    std::size_t inflight = 0;
+                    backend::each([&](backend& be) { inflight += be.inflight(); });
+                    BOOST_TEST(inflight == 0u);
+                }
+            }
+        }
+    }
+    // A fatal fault names one of the set's files and the request it struck.
+    for (operation op : {operation::write, operation::read}) {
+        temp_path a("fault_stripe"), b("fault_stripe");
+        stripe_set set({a.str(), b.str()}, open_mode::read_write, unit);
+        std::vector<unsigned char> buffer(logical);
+        arm({});
+        (void)write(context, set, logical.data(), length, 0);
+        fault_plan plan;
+        plan.kinds = {fault::event_eio};
+        plan.schedule = {0};
+        plan.max_faults = 1;
+        arm(plan);
+        try {
+            (void)nvmeio_test::within(bound, "stripes", [&] {
+                return transfer(context, set, op, buffer.data(), length, 0);
+            });
+            BOOST_ERROR("the striped " << to_string(op) << " succeeded despite the fault");
+        } catch (const io_error& e) {
+            BOOST_TEST((e.code() == std::errc::io_error), e.what());
+            BOOST_TEST((e.path() == a.str() || e.path() == b.str()), e.what());
+            bool named = false;
+            backend::each([&](backend& be) {
+                named = named || (be.injected() != 0 && be.struck().offset == e.offset() &&
+                                  be.struck().length == e.length());
+            });
+            BOOST_TEST(named, e.what());
+        }
+        std::size_t inflight = 0;
+        backend::each([&](backend& be) { inflight += be.inflight(); });
+        BOOST_TEST(inflight == 0u);
+    }
+}
+
+// With one request in flight at a time, the requests reaped before io_getevents failed are
+// finished: they keep their bytes and their success; only the rest fail.
+BOOST_AUTO_TEST_CASE(reap_failure_fails_only_the_batch_requests_not_finished) {
+    temp_path path("fault_batch_reap");
+    const std::size_t count = 8;
+    const auto bytes = nvmeio_test::pattern(count * 2 * block, 9);
+    nvmeio_test::spew(path.str(), bytes.data(), bytes.size());
+    std::vector<aligned_buffer> targets;
+    std::vector<batch_request> requests;
+    for (std::size_t i = 0; i < count; ++i) {  // gaps: one I/O per request
+        targets.emplace_back(block);
+        requests.push_back({targets.back().data(), block, 2 * i * block});
+    }
+    for (strategy_kind strategy : {strategy_kind::sequential, strategy_kind::overlapped}) {
+        BOOST_TEST_CONTEXT(to_string(strategy)) {
+            fault_plan plan;
+            plan.kinds = {fault::reap_error};
+            plan.schedule = {3};
+            std::optional<faulty_libaio> context;
+            context.emplace(context_options{1, block}, plan);
+            file in(path.str(), open_mode::read);
+            batch_options options;
+            options.config.strategy = strategy;
+            const batch_outcome got = nvmeio_test::within(bound, "batch", [&] {
+                return transfer_batch(*context, in, operation::read, requests, options);
+            });
+            for (std::size_t i = 0; i < count; ++i) {
+                BOOST_TEST_CONTEXT("request " << i) {
+                    if (i < 3) {
+                        BOOST_TEST(!got.results[i].failure, got.results[i].failure.operation);
+                        BOOST_TEST(got.results[i].bytes == block);
+                        BOOST_TEST(std::memcmp(targets[i].data(), bytes.data() + 2 * i * block,
+                                               block) == 0);
+                    } else {
+                        BOOST_TEST((got.results[i].failure.code == std::errc::bad_address));
+                        BOOST_TEST(contains(got.results[i].failure.operation, "in flight"));
+                        BOOST_TEST(got.results[i].bytes == 0u);
+                    }
+                }
+            }
+            nvmeio_test::within(bound, "destroying the context", [&] { context.reset(); });
+        }
+    }
+}
+
+// Completions that keep answering ECANCELED are retried for the budget, then reported. Ten
+// seconds is too long for every CI run: the long soak option runs this one.
+BOOST_AUTO_TEST_CASE(persistent_ecanceled_is_reported_after_the_retry_budget,
+                     *boost::unit_test::disabled()) {
+    cell c{fault::event_ecanceled,
+           strategy_kind::overlapped,
+           submit_mode::block,
+           operation::read,
+           true,
+           false,
+           false,
+           5};
+    setup s(c);
+    fault_plan plan;
+    plan.kinds = {fault::event_ecanceled};
+    plan.probability = 1.0;
+    faulty_libaio context({depth, block}, plan);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+        (void)run(context, s, c);
+        BOOST_FAIL("the read succeeded although every completion was cancelled");
+    } catch (const io_error& e) {
+        BOOST_TEST((e.code() == std::errc::operation_canceled), e.what());
+        BOOST_TEST(contains(e.operation(), "read"), e.what());
+    }
+    BOOST_TEST((std::chrono::steady_clock::now() - start >= detail::submit_retry_budget));
+    BOOST_TEST(context.backend().inflight() == 0u);
 }

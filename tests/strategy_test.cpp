@@ -318,3 +318,18 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(sequential_block_submit_uses_one_call_per_batch, T
                                          sequential{submit_mode::block}, transfer_options{true});
     BOOST_TEST(got.perf.submit.count == 4u);  // 16 requests in batches of queue depth 4
 }
+
+// The write-range reservation (fallocate) is for regular files: a character device, which
+// fallocate refuses with ENODEV, is written without one.
+BOOST_AUTO_TEST_CASE_TEMPLATE(writes_to_a_character_device_get_no_reservation, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
+    file null("/dev/null", open_mode::read_write, direct_io::automatic);
+    BOOST_TEST_REQUIRE((null.kind() == file_kind::character_device));
+    basic_aio_context<TestType> context({4, 64 * 1024});
+    aligned_buffer buffer(256 * 1024 + 100);
+    for (const transfer_config& config : every_config()) {
+        BOOST_TEST(write(context, null, buffer.data(), buffer.size(), 0, config).bytes ==
+                   buffer.size());
+    }
+}

@@ -168,3 +168,19 @@ BOOST_AUTO_TEST_CASE(aligned_buffers_round_trip_on_the_zero_copy_path) {
     BOOST_TEST(read(context, in, target.data(), size, 0).bytes == size);
     BOOST_TEST(std::memcmp(target.data(), expected.data(), size) == 0);
 }
+
+BOOST_AUTO_TEST_CASE(transfer_on_a_moved_from_set_is_rejected_not_a_crash) {
+    scratch_files scratch(2);
+    stripe_set set(scratch.names, open_mode::write, unit);
+    stripe_set taken(std::move(set));
+    parallel_context context(options_for(2));
+    std::vector<unsigned char> buffer(unit);
+    try {
+        (void)write(context, set, buffer.data(), unit, 0);  // NOLINT(bugprone-use-after-move)
+        BOOST_ERROR("a transfer on a moved-from stripe set was accepted");
+    } catch (const std::invalid_argument& e) {
+        BOOST_TEST(std::string(e.what()).find("moved from") != std::string::npos, e.what());
+    }
+    BOOST_TEST(set.locate(12345).offset == 12345u);  // no division by zero either
+    BOOST_TEST(write(context, taken, buffer.data(), unit, 0).bytes == unit);
+}

@@ -170,26 +170,24 @@ class basic_async_context {
     /// Throws std::invalid_argument now when a precondition of strategy.hpp is violated.
     [[nodiscard]] transfer_handle submit(file& f, operation op, void* buffer, std::size_t length,
                                          std::uint64_t offset, const transfer_config& config = {}) {
-        const std::string problem =
-            detail::transfer_precondition(f, op, buffer, length, offset, block_size());
-        if (!problem.empty()) detail::throw_invalid(problem);
+        detail::check_transfer(f, op, buffer, length, offset, block_size());
         auto state = std::make_shared<detail::async_state>();
-        pool_.post([state, &f, op, buffer, length, offset,
-                    config](basic_aio_context<Backend>* context) {
-            if (context == nullptr) {
-                state->failure = {std::make_error_code(std::errc::operation_canceled),
-                                  std::string(to_string(op)) + " (cancelled before it started)",
-                                  f.path(), offset, length};
-            } else {
-                try {
-                    state->result =
-                        transfer(*context, f, op, buffer, length, offset, config, state->failure);
-                } catch (...) {
-                    state->error = std::current_exception();
+        pool_.post(
+            [state, &f, op, buffer, length, offset, config](basic_aio_context<Backend>* context) {
+                if (context == nullptr) {
+                    state->failure = {std::make_error_code(std::errc::operation_canceled),
+                                      std::string(to_string(op)) + " (cancelled before it started)",
+                                      f.path(), offset, length};
+                } else {
+                    try {
+                        state->result = detail::run_transfer(*context, f, op, buffer, length,
+                                                             offset, config, state->failure);
+                    } catch (...) {
+                        state->error = std::current_exception();
+                    }
                 }
-            }
-            state->finish();
-        });
+                state->finish();
+            });
         return transfer_handle(std::move(state));
     }
 

@@ -100,9 +100,7 @@ class basic_parallel_context {
                              std::uint64_t offset, const transfer_config& config,
                              io_failure& failure) {
         failure = {};
-        const std::string problem =
-            detail::transfer_precondition(f, op, buffer, length, offset, block_size());
-        if (!problem.empty()) detail::throw_invalid(problem);
+        detail::check_transfer(f, op, buffer, length, offset, block_size());
         transfer_result result;
         if (length == 0) return result;
 
@@ -110,9 +108,11 @@ class basic_parallel_context {
         const std::size_t unit = f.required_alignment();
         const std::size_t smallest = std::max<std::size_t>(
             options_.min_piece_size != 0 ? options_.min_piece_size : block_size(), unit);
-        std::size_t count = std::min<std::size_t>(threads(), (length + smallest - 1) / smallest);
+        // Divisions only: `smallest` comes from the caller and may be near SIZE_MAX.
+        std::size_t count =
+            std::min<std::size_t>(threads(), length / smallest + (length % smallest != 0 ? 1 : 0));
         const auto piece = static_cast<std::size_t>(align_up((length + count - 1) / count, unit));
-        count = (length + piece - 1) / piece;  // rounding up may leave a thread without work
+        count = length / piece + (length % piece != 0 ? 1 : 0);  // rounding may idle a thread
 
         struct outcome {
             transfer_result result;
@@ -123,8 +123,8 @@ class basic_parallel_context {
         run(count, [&](std::size_t i, basic_aio_context<Backend>& context) {
             const std::size_t begin = i * piece;
             const std::size_t size = std::min(piece, length - begin);
-            outcomes[i].result = nvmeio::transfer(context, f, op, bytes + begin, size,
-                                                  offset + begin, config, outcomes[i].failure);
+            outcomes[i].result = detail::run_transfer(context, f, op, bytes + begin, size,
+                                                      offset + begin, config, outcomes[i].failure);
         });
 
         // A read meeting the end of the file stops at the first piece that came up short.
@@ -146,11 +146,7 @@ class basic_parallel_context {
             std::vector<const transfer_perf*> pieces;
             for (const outcome& o : outcomes)
                 pieces.push_back(&o.result.perf);
-            result.perf = merge(pieces);
-            result.perf.bytes = result.bytes;
-            result.perf.elapsed_us =
-                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                    .count();
+            result.perf = detail::merge_perf(pieces, result.bytes, start);
         }
         return result;
     }
@@ -175,37 +171,6 @@ class basic_parallel_context {
     }
 
   private:
-    static latency_stats merge(const std::vector<const latency_stats*>& parts) {
-        latency_stats out;
-        double sum = 0;
-        for (const latency_stats* s : parts) {
-            if (s->count == 0) continue;
-            out.min_us = out.count == 0 ? s->min_us : std::min(out.min_us, s->min_us);
-            out.max_us = std::max(out.max_us, s->max_us);
-            out.p50_us = std::max(out.p50_us, s->p50_us);
-            out.p99_us = std::max(out.p99_us, s->p99_us);
-            sum += s->avg_us * static_cast<double>(s->count);
-            out.count += s->count;
-        }
-        if (out.count != 0) out.avg_us = sum / static_cast<double>(out.count);
-        return out;
-    }
-
-    static transfer_perf merge(const std::vector<const transfer_perf*>& pieces) {
-        transfer_perf out;
-        std::vector<const latency_stats*> submits;
-        std::vector<const latency_stats*> completions;
-        for (const transfer_perf* p : pieces) {
-            submits.push_back(&p->submit);
-            completions.push_back(&p->completion);
-            out.requests += p->requests;
-            out.resubmissions += p->resubmissions;
-        }
-        out.submit = merge(submits);
-        out.completion = merge(completions);
-        return out;
-    }
-
     parallel_options options_;
     detail::worker_pool<Backend> pool_;
 };

@@ -95,6 +95,49 @@ inline std::string json_latency(const latency_stats& s) {
 }
 }  // namespace detail
 
+namespace detail {
+
+// Latency statistics of several parts taken together: exact count, min, max and mean; the
+// percentiles are the largest of the parts' (the samples themselves are gone).
+inline latency_stats merge_latency(const std::vector<const latency_stats*>& parts) {
+    latency_stats out;
+    double sum = 0;
+    for (const latency_stats* s : parts) {
+        if (s->count == 0) continue;
+        out.min_us = out.count == 0 ? s->min_us : std::min(out.min_us, s->min_us);
+        out.max_us = std::max(out.max_us, s->max_us);
+        out.p50_us = std::max(out.p50_us, s->p50_us);
+        out.p99_us = std::max(out.p99_us, s->p99_us);
+        sum += s->avg_us * static_cast<double>(s->count);
+        out.count += s->count;
+    }
+    if (out.count != 0) out.avg_us = sum / static_cast<double>(out.count);
+    return out;
+}
+
+// Several pieces' measurements as one: latencies merged, counts summed, `bytes`, and the time
+// since `start` (pieces may overlap in time).
+inline transfer_perf merge_perf(const std::vector<const transfer_perf*>& pieces,
+                                std::uint64_t bytes, std::chrono::steady_clock::time_point start) {
+    transfer_perf out;
+    out.bytes = bytes;
+    out.elapsed_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    std::vector<const latency_stats*> submits;
+    std::vector<const latency_stats*> completions;
+    for (const transfer_perf* p : pieces) {
+        submits.push_back(&p->submit);
+        completions.push_back(&p->completion);
+        out.requests += p->requests;
+        out.resubmissions += p->resubmissions;
+    }
+    out.submit = merge_latency(submits);
+    out.completion = merge_latency(completions);
+    return out;
+}
+
+}  // namespace detail
+
 /// The measurement as a JSON object (GB = 10^9 bytes).
 [[nodiscard]] inline std::string to_json(const transfer_perf& p) {
     return "{\"bytes\": " + std::to_string(p.bytes) +

@@ -14,9 +14,12 @@
 /// than bounced, because bouncing a whole transfer would silently halve its speed; use
 /// `file::read_at` / `file::write_at` for such ranges.
 ///
-/// A write that grows the file first allocates its range with `fallocate`, so the file has its
-/// final size before any data moves (after a failed write the range exists but its bytes are
-/// unspecified); filesystems without fallocate are written without it.
+/// A write that grows a regular file first allocates its range with `fallocate`, so the file has
+/// its final size before any data moves (after a failed write the range exists but its bytes
+/// are unspecified); filesystems without fallocate, and devices, are written without it.
+///
+/// Every transfer, batch and stripe runs on one engine (detail/engine.hpp): the retry and failure
+/// rules of docs/GUARANTEES.md hold for all of them.
 
 #include <cstddef>
 #include <cstdint>
@@ -27,12 +30,23 @@
 
 #include "nvmeio/aio_context.hpp"
 #include "nvmeio/aligned_allocator.hpp"
-#include "nvmeio/detail/transfer_engine.hpp"
+#include "nvmeio/detail/engine.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/perf.hpp"
 
 namespace nvmeio {
+
+/// How requests are handed to the backend.
+enum class submit_mode {
+    single,  ///< One request per submission call (DeepSpeed's single_submit = true).
+    block,   ///< Every ready request in one call.
+};
+
+/// Name of a submit mode, for reports.
+[[nodiscard]] constexpr const char* to_string(submit_mode mode) noexcept {
+    return mode == submit_mode::single ? "single" : "block";
+}
 
 /// Submit a batch of up to queue-depth requests, reap all of them, repeat.
 struct sequential {
@@ -84,47 +98,72 @@ struct transfer_result {
 
 namespace detail {
 
-inline std::string hex_address(const void* pointer) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%p", pointer);
-    return text;
-}
-
-// Returns an empty string when the transfer may proceed, else why not.
-inline std::string transfer_precondition(const file& f, operation op, const void* buffer,
-                                         std::size_t length, std::uint64_t offset,
-                                         std::size_t block_size) {
-    const std::string what = std::string(to_string(op)) + " of " + std::to_string(length) +
-                             " bytes at offset " + std::to_string(offset) + " in '" + f.path() +
-                             "'";
-    if (!f.is_open()) return what + ": the file is not open";
+// Why a transfer may not proceed, or an empty string (no allocation) when it may.
+inline std::string transfer_problem(const file& f, operation op, const void* buffer,
+                                    std::size_t length, std::uint64_t offset,
+                                    std::size_t block_size) {
+    const auto what = [&] {  // built only for a message
+        return std::string(to_string(op)) + " of " + std::to_string(length) + " bytes at offset " +
+               std::to_string(offset) + " in '" + f.path() + "': ";
+    };
+    if (!f.is_open()) return what() + "the file is not open";
     if (op == operation::write && f.mode() == open_mode::read) {
-        return what + ": the file was opened with open_mode::read";
+        return what() + "the file was opened with open_mode::read";
     }
     if (length == 0) return {};
-    if (buffer == nullptr) return what + ": the buffer is null";
+    if (buffer == nullptr) return what() + "the buffer is null";
     if (offset > std::numeric_limits<std::uint64_t>::max() - length ||
         offset + length > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
-        return what + ": the range passes the largest file offset";
+        return what() + "the range passes the largest file offset";
     }
     if (!f.is_direct()) return {};
     const dio_alignment& a = f.alignment();
     if (!is_aligned(buffer, a.memory)) {
-        return what + ": buffer address " + hex_address(buffer) + " is not a multiple of " +
+        char address[32];
+        std::snprintf(address, sizeof address, "%p", buffer);
+        return what() + "buffer address " + address + " is not a multiple of " +
                std::to_string(a.memory) +
                " bytes, which O_DIRECT on this file requires (use aligned_buffer or "
                "aligned_allocator, or open the file with direct_io::off)";
     }
     if (!is_aligned(offset, a.offset)) {
-        return what + ": the offset is not a multiple of " + std::to_string(a.offset) +
+        return what() + "the offset is not a multiple of " + std::to_string(a.offset) +
                " bytes, which O_DIRECT on this file requires (use file::read_at/write_at for "
                "unaligned ranges)";
     }
     if (!is_aligned(block_size, a.strictest())) {
-        return what + ": block_size " + std::to_string(block_size) + " is not a multiple of " +
+        return what() + "block_size " + std::to_string(block_size) + " is not a multiple of " +
                std::to_string(a.strictest()) + " bytes, the O_DIRECT alignment of this file";
     }
     return {};
+}
+
+// The one precondition check of every transfer front end (the O_DIRECT rules above).
+inline void check_transfer(const file& f, operation op, const void* buffer, std::size_t length,
+                           std::uint64_t offset, std::size_t block_size) {
+    std::string problem = transfer_problem(f, op, buffer, length, offset, block_size);
+    if (!problem.empty()) throw_invalid(problem);
+}
+
+// How the engine runs for a strategy chosen at run time.
+inline engine_settings settings_for(const transfer_config& config, transfer_perf* perf) {
+    return {config.strategy == strategy_kind::sequential, config.submit == submit_mode::single,
+            config.measure ? perf : nullptr};
+}
+
+// A checked transfer: one segment through the engine.
+template <class Backend>
+transfer_result run_transfer(basic_aio_context<Backend>& context, file& f, operation op,
+                             void* buffer, std::size_t length, std::uint64_t offset,
+                             const transfer_config& config, io_failure& failure) {
+    transfer_result result;
+    failure = {};
+    if (length == 0) return result;
+    segment one{static_cast<std::byte*>(buffer), offset, length, 0, 0, {}};
+    move_segments(context, f, op, &one, 1, settings_for(config, &result.perf));
+    result.bytes = one.bytes;
+    failure = std::move(one.failure);
+    return result;
 }
 
 }  // namespace detail
@@ -136,18 +175,11 @@ template <class Policy, class Backend>
 transfer_result transfer(basic_aio_context<Backend>& context, file& f, operation op, void* buffer,
                          std::size_t length, std::uint64_t offset, const Policy& policy,
                          transfer_options options, io_failure& failure) {
-    failure = {};
-    const std::string problem =
-        detail::transfer_precondition(f, op, buffer, length, offset, context.block_size());
-    if (!problem.empty()) detail::throw_invalid(problem);
-    transfer_result result;
-    if (length == 0) return result;
-    detail::transfer_engine<Backend> engine(context.backend(), context.queue_depth(),
-                                            context.block_size(), f, op,
-                                            static_cast<std::byte*>(buffer), length, offset);
-    result.bytes = engine.run(Policy::drain_before_refill, policy.submit, failure,
-                              options.measure ? &result.perf : nullptr);
-    return result;
+    detail::check_transfer(f, op, buffer, length, offset, context.block_size());
+    const strategy_kind kind =
+        Policy::drain_before_refill ? strategy_kind::sequential : strategy_kind::overlapped;
+    return detail::run_transfer(context, f, op, buffer, length, offset,
+                                {kind, policy.submit, options.measure}, failure);
 }
 
 /// As above; throws io_error on failure.
@@ -179,13 +211,8 @@ template <class Backend>
 transfer_result transfer(basic_aio_context<Backend>& context, file& f, operation op, void* buffer,
                          std::size_t length, std::uint64_t offset, const transfer_config& config,
                          io_failure& failure) {
-    const transfer_options options{config.measure};
-    if (config.strategy == strategy_kind::sequential) {
-        return transfer(context, f, op, buffer, length, offset, sequential{config.submit}, options,
-                        failure);
-    }
-    return transfer(context, f, op, buffer, length, offset, overlapped{config.submit}, options,
-                    failure);
+    detail::check_transfer(f, op, buffer, length, offset, context.block_size());
+    return detail::run_transfer(context, f, op, buffer, length, offset, config, failure);
 }
 
 /// Run-time strategy choice; throws io_error on failure.

@@ -15,8 +15,10 @@
 /// length may be anything.
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -36,7 +38,8 @@ struct stripe_location {
     std::uint64_t offset = 0;    ///< Offset in that file.
 };
 
-/// D open files and the stripe unit that spreads a logical range over them. Move-only.
+/// D open files and the stripe unit that spreads a logical range over them. Move-only; a
+/// moved-from set holds no files, and a transfer on it is an std::invalid_argument.
 class stripe_set {
   public:
     /// Takes the files (at least one). Throws std::invalid_argument for no files, a closed file,
@@ -78,8 +81,9 @@ class stripe_set {
         return unit;
     }
 
-    /// Where logical byte `logical` lives.
+    /// Where logical byte `logical` lives (file 0, offset `logical` in a set with no files).
     [[nodiscard]] stripe_location locate(std::uint64_t logical) const noexcept {
+        if (files_.empty()) return {0, logical};
         const std::uint64_t stripe = logical / stripe_unit_;
         return {static_cast<std::size_t>(stripe % files_.size()),
                 stripe / files_.size() * stripe_unit_ + logical % stripe_unit_};
@@ -107,10 +111,20 @@ template <class Backend>
 transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& set, operation op,
                          void* buffer, std::size_t length, std::uint64_t offset,
                          const batch_options& options, io_failure& failure) {
+    const auto start = std::chrono::steady_clock::now();
     failure = {};
     transfer_result result;
+    if (set.width() == 0) {
+        detail::throw_invalid("striped " + std::string(to_string(op)) +
+                              ": the stripe set holds no files (it was moved from)");
+    }
     if (length == 0) return result;
     if (buffer == nullptr) detail::throw_invalid("striped transfer: the buffer is null");
+    if (offset > std::numeric_limits<std::uint64_t>::max() - length) {
+        detail::throw_invalid("striped " + std::string(to_string(op)) + " of " +
+                              std::to_string(length) + " bytes at offset " +
+                              std::to_string(offset) + ": the range passes the largest offset");
+    }
     if (!is_aligned(offset, set.required_alignment())) {
         detail::throw_invalid("striped " + std::string(to_string(op)) + " at offset " +
                               std::to_string(offset) + ": the offset is not a multiple of " +
@@ -132,9 +146,12 @@ transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& s
         positions[where.file_index].push_back(at);
         at += piece;
     }
+    // Every share is checked before any moves, so that a bad one moves nothing.
+    for (std::size_t d = 0; d < width; ++d)
+        detail::check_batch(set.files()[d], op, shares[d], options);
     std::vector<batch_outcome> outcomes(width);
     context.run(width, [&](std::size_t d, basic_aio_context<Backend>& worker) {
-        outcomes[d] = transfer_batch(worker, set.files()[d], op, shares[d], options);
+        outcomes[d] = detail::run_batch(worker, set.files()[d], op, shares[d], options);
     });
     // The first failed piece in logical order is the failure, unless a read's data ended
     // before it; otherwise the first short piece ends the data.
@@ -156,6 +173,12 @@ transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& s
     }
     if (failure && op == operation::read && failure_at >= end) failure = {};
     result.bytes = failure ? 0 : end;
+    if (options.config.measure) {
+        std::vector<const transfer_perf*> pieces;
+        for (const batch_outcome& o : outcomes)
+            pieces.push_back(&o.perf);
+        result.perf = detail::merge_perf(pieces, result.bytes, start);
+    }
     return result;
 }
 

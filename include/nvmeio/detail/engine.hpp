@@ -1,0 +1,508 @@
+#pragma once
+/// \file detail/engine.hpp
+/// The one submit/reap loop every front end runs on. It moves a list of segments (memory, file
+/// offset, length) of one file through a context's backend, keeping the queue full across
+/// segment boundaries, and records a result per segment. A plain transfer is one segment; a batch
+/// or a stripe share is many. The strategy chooses when to refill (after each completion, or
+/// after the whole round) and how to submit (one request per call, or all ready ones).
+///
+/// Per segment: the aligned prefix (or the whole padded span, see `segment::span`) goes through
+/// the backend in block-size requests; short results are asked again from where they stopped;
+/// an unaligned remainder goes through the file's synchronous path. A failure fails its segment
+/// only: nothing more of it is issued, its requests in flight are waited for, the other segments
+/// go on.
+
+#include <fcntl.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "nvmeio/aio_context.hpp"
+#include "nvmeio/alignment.hpp"
+#include "nvmeio/backend/request.hpp"
+#include "nvmeio/error.hpp"
+#include "nvmeio/file.hpp"
+#include "nvmeio/perf.hpp"
+
+namespace nvmeio {
+namespace detail {
+
+/// How long a request the kernel keeps refusing is tried again: an io_submit answering EAGAIN
+/// with nothing in flight, or completions answering EAGAIN/EINTR/ECANCELED without progress.
+inline constexpr std::chrono::seconds submit_retry_budget{10};
+
+/// Counts `submit_retry_budget` from the first of a run of "try again" answers.
+class retry_budget {
+  public:
+    /// Progress: the next "try again" starts a new budget.
+    void reset() noexcept { deadline_ = {}; }
+    /// Starts the budget on first use; true once it is spent.
+    bool spent() noexcept {
+        const auto now = std::chrono::steady_clock::now();
+        if (deadline_ == std::chrono::steady_clock::time_point{})
+            deadline_ = now + submit_retry_budget;
+        return now >= deadline_;
+    }
+
+  private:
+    std::chrono::steady_clock::time_point deadline_{};
+};
+
+/// Allocates `[offset, offset + length)` of a regular file that does not reach that far yet.
+/// An O_DIRECT write that grows a file is done synchronously inside io_submit on ext4 and XFS,
+/// which defeats the queue; allocating first keeps the submissions asynchronous. fallocate
+/// never shrinks a file, so writers of other ranges are safe. Devices never get one. Returns
+/// the failure (ENOSPC...); a filesystem without fallocate is not one.
+inline io_failure reserve_write_range(file& f, std::uint64_t offset, std::size_t length) {
+    if (f.kind() != file_kind::regular || length == 0) return {};
+    std::error_code ec;
+    const std::uint64_t size = f.size(ec);
+    if (ec || size >= offset + length) return {};
+    int rc;
+    do {
+        rc = ::fallocate(f.native_handle(), 0, static_cast<off_t>(offset),
+                         static_cast<off_t>(length));
+    } while (rc != 0 && errno == EINTR);
+    if (rc == 0 || errno == EOPNOTSUPP || errno == ENOSYS) return {};
+    return {errno_code(errno), "write (reserving its range with fallocate)", f.path(), offset,
+            length};
+}
+
+/// After a padded write (whole alignment units written past the caller's end, see
+/// `segment::span`): when a regular file ends where the padding ended, cuts it back to `keep`,
+/// the larger of the caller's end and where the file ended inside that unit before. A file that
+/// someone grew further meanwhile is left alone.
+inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uint64_t keep) {
+    if (f.kind() != file_kind::regular) return {};
+    std::error_code ec;
+    if (f.size(ec) == padded_end && !ec) f.truncate(keep, ec);
+    if (ec) return {ec, "truncate (after a padded write)", f.path(), keep, 0};
+    return {};
+}
+
+/// One range of a transfer.
+struct segment {
+    std::byte* memory = nullptr;  ///< Memory side: aligned like the file's O_DIRECT rules.
+    std::uint64_t offset = 0;     ///< File offset: aligned like the file's O_DIRECT rules.
+    std::size_t length = 0;       ///< Bytes the caller wants moved.
+    /// Bytes of `memory` the I/O may use, 0 for `length`. When it is `length` rounded up to the
+    /// file's alignment (engine-owned memory), the whole segment goes through the queue: a read
+    /// fetches whole units, a write writes whole units whose bytes past `length` the owner has
+    /// merged from the file (and trims the file afterwards).
+    std::size_t span = 0;
+    std::size_t bytes = 0;  ///< Result: moved; fewer than `length` only for a read at the end.
+    io_failure failure;     ///< Result: why the segment failed.
+};
+
+/// How the engine runs.
+struct engine_settings {
+    bool drain_before_refill = false;   ///< Sequential: reap the whole round before refilling.
+    bool one_request_per_call = false;  ///< submit_mode::single.
+    transfer_perf* perf = nullptr;      ///< Measure into this (no clock is read without it).
+};
+
+template <class Backend>
+class engine {
+    using clock = std::chrono::steady_clock;
+
+  public:
+    engine(basic_aio_context<Backend>& context, file& target, operation op, segment* segments,
+           std::size_t count, engine_settings settings)
+        : backend_(context.backend()),
+          queue_depth_(context.queue_depth()),
+          block_size_(context.block_size()),
+          file_(target),
+          op_(op),
+          segments_(segments),
+          count_(count),
+          unit_(target.required_alignment()),
+          settings_(settings),
+          perf_(settings.perf),
+          state_(count) {}
+
+    void run() {
+        const clock::time_point start = perf_ != nullptr ? clock::now() : clock::time_point{};
+        std::size_t body_total = 0;
+        for (std::size_t i = 0; i < count_; ++i) {
+            segment& s = segments_[i];  // one that arrives failed is not moved
+            s.bytes = 0;
+            const bool padded = s.span > s.length;
+            state_[i].body =
+                padded ? s.span : static_cast<std::size_t>(align_down(s.length, unit_));
+            state_[i].end_of_data = std::max(s.length, state_[i].body);
+            body_total += state_[i].body;
+        }
+        slots_.resize(queue_depth_);
+        free_.reserve(queue_depth_);
+        for (unsigned i = queue_depth_; i > 0; --i)
+            free_.push_back(i - 1);
+        pending_.reserve(queue_depth_);
+        completions_.resize(std::min<std::size_t>(queue_depth_, 256));
+        if (perf_ != nullptr) {
+            const std::size_t expected = body_total / block_size_ + count_ + 2 * queue_depth_;
+            submit_samples_.reserve(settings_.one_request_per_call ? expected : expected / 2 + 1);
+            completion_samples_.reserve(expected);
+        }
+
+        if (op_ == operation::write) reserve();
+        while (!lost_) {
+            if (!settings_.drain_before_refill || inflight_ == 0) fill();
+            submit_pending();
+            if (lost_) break;
+            if (inflight_ == 0) {
+                if (exhausted()) break;
+                continue;
+            }
+            reap(settings_.drain_before_refill ? inflight_ : 1);
+        }
+        finish_synchronously();
+
+        std::uint64_t moved = 0;
+        for (std::size_t i = 0; i < count_; ++i) {
+            segment& s = segments_[i];
+            s.bytes = s.failure ? 0 : std::min(state_[i].end_of_data, s.length);
+            if (op_ == operation::write && !s.failure) s.bytes = s.length;
+            moved += s.bytes;
+        }
+        if (perf_ != nullptr) {
+            perf_->elapsed_us = microseconds(clock::now() - start);
+            perf_->submit = latency_stats::from_samples(submit_samples_);
+            perf_->completion = latency_stats::from_samples(completion_samples_);
+            perf_->requests = requests_;
+            perf_->resubmissions = resubmissions_;
+            perf_->bytes = moved;
+        }
+    }
+
+  private:
+    struct segment_state {
+        std::size_t body = 0;         // bytes that go through the backend
+        std::size_t end_of_data = 0;  // where a read met the end of the file
+    };
+    struct slot {
+        std::size_t segment = 0;
+        std::size_t position = 0;  // of the request's range within its segment
+        std::size_t length = 0;
+        std::size_t done = 0;
+        clock::time_point submitted{};
+    };
+    struct remnant {
+        std::size_t segment;
+        std::size_t position;
+        std::size_t length;
+        bool operator<(const remnant& o) const {
+            return std::tie(segment, position) < std::tie(o.segment, o.position);
+        }
+    };
+
+    static double microseconds(clock::duration d) {
+        return std::chrono::duration<double, std::micro>(d).count();
+    }
+
+    std::size_t limit(std::size_t i) const {
+        return std::min(state_[i].body, state_[i].end_of_data);
+    }
+
+    // Moves past segments with nothing left to issue; true when none is left.
+    bool exhausted() {
+        while (next_segment_ < count_ &&
+               (segments_[next_segment_].failure || next_position_ >= limit(next_segment_))) {
+            ++next_segment_;
+            next_position_ = 0;
+        }
+        return next_segment_ >= count_;
+    }
+
+    io_request request_for(unsigned id) const {
+        const slot& s = slots_[id];
+        const segment& g = segments_[s.segment];
+        return {file_.native_handle(),          op_,
+                g.memory + s.position + s.done, s.length - s.done,
+                g.offset + s.position + s.done, id};
+    }
+
+    void fill() {
+        while (!free_.empty() && !exhausted()) {
+            const unsigned id = free_.back();
+            free_.pop_back();
+            slots_[id] = {next_segment_,
+                          next_position_,
+                          std::min(block_size_, limit(next_segment_) - next_position_),
+                          0,
+                          {}};
+            pending_.push_back(request_for(id));
+            next_position_ += slots_[id].length;
+        }
+    }
+
+    void release(unsigned id) { free_.push_back(id); }
+
+    void fail(std::size_t i, io_failure failure) {
+        if (!segments_[i].failure) {
+            segments_[i].failure = std::move(failure);
+            purge_ = true;
+        }
+    }
+
+    // Runs of adjacent segments that pass the file's end are allocated before any data moves.
+    void reserve() {
+        for (std::size_t first = 0; first < count_;) {
+            std::size_t last = first;
+            std::uint64_t end = segments_[first].offset + segments_[first].length;
+            while (last + 1 < count_ && segments_[last + 1].offset == end) {
+                ++last;
+                end += segments_[last].length;
+            }
+            const std::uint64_t offset = segments_[first].offset;
+            io_failure failure =
+                reserve_write_range(file_, offset, static_cast<std::size_t>(end - offset));
+            for (std::size_t i = first; failure && i <= last; ++i)
+                fail(i, failure);
+            first = last + 1;
+        }
+    }
+
+    // Requests of segments that failed since they were queued are not submitted.
+    void drop_failed_pending(std::size_t from) {
+        purge_ = false;
+        std::size_t kept = from;
+        for (std::size_t i = from; i < pending_.size(); ++i) {
+            const auto id = static_cast<unsigned>(pending_[i].user_data);
+            if (segments_[slots_[id].segment].failure) {
+                release(id);
+            } else {
+                pending_[kept++] = pending_[i];
+            }
+        }
+        pending_.resize(kept);
+    }
+
+    void submit_pending() {
+        std::size_t sent = 0;
+        retry_budget backoff;
+        while (!lost_) {
+            if (purge_) drop_failed_pending(sent);
+            if (sent >= pending_.size()) break;
+            const std::size_t count = settings_.one_request_per_call ? 1 : pending_.size() - sent;
+            const clock::time_point before = perf_ != nullptr ? clock::now() : clock::time_point{};
+            const int rc = backend_.submit(&pending_[sent], count);
+            if (perf_ != nullptr) submit_samples_.push_back(microseconds(clock::now() - before));
+            if (rc > 0) {
+                // A partial submit leaves the rest in pending_ for the next round of this loop.
+                if (perf_ != nullptr) {
+                    for (int i = 0; i < rc; ++i)
+                        slots_[pending_[sent + i].user_data].submitted = before;
+                }
+                inflight_ += static_cast<unsigned>(rc);
+                sent += static_cast<std::size_t>(rc);
+                backoff.reset();
+                continue;
+            }
+            if (rc == 0 || rc == -EAGAIN || rc == -EINTR) {
+                // Refused for now: reap a completion to make room, or, with nothing in flight,
+                // pause 100 us and try again while the budget lasts.
+                if (inflight_ > 0) {
+                    reap(1);
+                    continue;
+                }
+                if (!backoff.spent()) {
+                    const timespec pause{0, 100'000};
+                    ::nanosleep(&pause, nullptr);
+                    continue;
+                }
+            }
+            // Refused: the request's segment fails; the other segments go on.
+            const io_request& refused = pending_[sent];
+            const auto id = static_cast<unsigned>(refused.user_data);
+            fail(slots_[id].segment, {errno_code(rc < 0 ? -rc : EAGAIN),
+                                      std::string("io_submit of a ") + to_string(op_), file_.path(),
+                                      refused.offset, refused.length});
+        }
+        pending_.clear();
+    }
+
+    void reap(std::size_t min) {
+        int got;
+        do {
+            got = backend_.reap(completions_.data(), std::min(min, completions_.size()),
+                                completions_.size(), nullptr);
+        } while (got == -EINTR);
+        if (got < 0) {
+            lose(got);
+            return;
+        }
+        const clock::time_point now = perf_ != nullptr ? clock::now() : clock::time_point{};
+        for (int i = 0; i < got; ++i)
+            complete(completions_[static_cast<std::size_t>(i)], now);
+    }
+
+    // Reaping failed: requests may still be in flight and cannot be waited for. Every segment
+    // not finished yet fails and nothing more is issued; finished ones keep their result.
+    void lose(int rc) {
+        lost_ = true;
+        (void)exhausted();  // a segment wholly issued is finished unless a request of it is busy
+        std::vector<bool> unfinished(count_, false);
+        for (std::size_t i = next_segment_; i < count_; ++i)
+            unfinished[i] = true;
+        std::vector<bool> idle(queue_depth_, false);
+        for (unsigned id : free_)
+            idle[id] = true;
+        for (unsigned id = 0; id < queue_depth_; ++id) {
+            if (!idle[id]) unfinished[slots_[id].segment] = true;
+        }
+        for (std::size_t i = 0; i < count_; ++i) {
+            if (!unfinished[i]) continue;
+            fail(i, {errno_code(-rc), "io_getevents (requests may still be in flight)",
+                     file_.path(), segments_[i].offset, segments_[i].length});
+        }
+    }
+
+    void complete(const io_completion& c, clock::time_point now) {
+        const auto id = static_cast<unsigned>(c.user_data);
+        slot& s = slots_[id];
+        segment& g = segments_[s.segment];
+        --inflight_;
+        if (g.failure) {  // its segment failed: nothing more is issued for it
+            release(id);
+            return;
+        }
+        const std::uint64_t at_offset = g.offset + s.position + s.done;
+        if (c.result == -EINTR || c.result == -EAGAIN || c.result == -ECANCELED) {
+            // Transient (nvmeio never cancels, so ECANCELED comes from a signal storm): ask again
+            // for the same range, within the retry budget.
+            if (transient_.spent()) {
+                fail(s.segment, {errno_code(static_cast<int>(-c.result)),
+                                 std::string(to_string(op_)) + " (refused again and again)",
+                                 file_.path(), at_offset, s.length - s.done});
+                release(id);
+                return;
+            }
+            pending_.push_back(request_for(id));
+            ++resubmissions_;
+            return;
+        }
+        if (c.result < 0) {
+            fail(s.segment, {errno_code(static_cast<int>(-c.result)), to_string(op_), file_.path(),
+                             at_offset, s.length - s.done});
+            release(id);
+            return;
+        }
+        ++requests_;
+        if (perf_ != nullptr) completion_samples_.push_back(microseconds(now - s.submitted));
+        const auto moved = static_cast<std::size_t>(c.result);
+        if (moved > s.length - s.done) {
+            fail(s.segment,
+                 {errno_code(EIO),
+                  std::string(to_string(op_)) + " (the kernel reported more bytes than asked)",
+                  file_.path(), at_offset, s.length - s.done});
+            release(id);
+            return;
+        }
+        if (moved != 0) transient_.reset();
+        s.done += moved;
+        if (s.done == s.length) {
+            release(id);
+            return;
+        }
+        const std::size_t at = s.position + s.done;
+        if (moved == 0) {
+            if (op_ == operation::read) {
+                segment_state& st = state_[s.segment];
+                st.end_of_data = std::min(st.end_of_data, at);  // end of file
+            } else {
+                fail(s.segment, {errno_code(ENOSPC), "write (the device accepted no bytes)",
+                                 file_.path(), g.offset + at, s.length - s.done});
+            }
+            release(id);
+            return;
+        }
+        if (!is_aligned(g.offset + at, unit_)) {
+            // O_DIRECT cannot continue from an unaligned offset: finish this range synchronously
+            // (up to the caller's length: padding past it is not the caller's).
+            if (at < g.length)
+                remnants_.push_back(
+                    {s.segment, at, std::min(g.length, s.position + s.length) - at});
+            release(id);
+            return;
+        }
+        pending_.push_back(request_for(id));
+        ++resubmissions_;
+    }
+
+    // Short-result remnants and unaligned tails go through the file's synchronous path, which
+    // merges partial alignment units through a bounce buffer.
+    void finish_synchronously() {
+        std::sort(remnants_.begin(), remnants_.end());
+        std::size_t r = 0;
+        for (std::size_t i = 0; i < count_; ++i) {
+            segment& g = segments_[i];
+            segment_state& st = state_[i];
+            const std::size_t first = r;
+            while (r < remnants_.size() && remnants_[r].segment == i)
+                ++r;
+            if (g.failure) continue;
+            auto move = [&](std::size_t position, std::size_t length) {
+                if (op_ == operation::write) {
+                    file_.write_at(g.memory + position, length, g.offset + position, g.failure);
+                    return !g.failure;
+                }
+                if (position >= st.end_of_data) return false;
+                const std::size_t got =
+                    file_.read_at(g.memory + position, length, g.offset + position, g.failure);
+                if (got < length) st.end_of_data = std::min(st.end_of_data, position + got);
+                return !g.failure;
+            };
+            bool going = true;
+            for (std::size_t k = first; k < r && going; ++k)
+                going = move(remnants_[k].position, remnants_[k].length);
+            if (going && st.body < g.length) move(st.body, g.length - st.body);
+        }
+    }
+
+    Backend& backend_;
+    const unsigned queue_depth_;
+    const std::size_t block_size_;
+    file& file_;
+    const operation op_;
+    segment* const segments_;
+    const std::size_t count_;
+    const std::size_t unit_;  // 1 when buffered
+    const engine_settings settings_;
+    transfer_perf* const perf_;
+    std::vector<segment_state> state_;
+
+    std::size_t next_segment_ = 0;  // the next range not yet handed out
+    std::size_t next_position_ = 0;
+    unsigned inflight_ = 0;
+    std::vector<slot> slots_;
+    std::vector<unsigned> free_;
+    std::vector<io_request> pending_;
+    std::vector<io_completion> completions_;
+    std::vector<remnant> remnants_;
+    retry_budget transient_;  // completions answering EAGAIN/EINTR/ECANCELED
+    bool purge_ = false;      // a segment failed: drop its queued requests before submitting
+    bool lost_ = false;       // reaping failed: in-flight requests could not be waited for
+
+    std::vector<double> submit_samples_;
+    std::vector<double> completion_samples_;
+    std::uint64_t requests_ = 0;
+    std::uint64_t resubmissions_ = 0;
+};
+
+/// Moves `segments` of `f` through `context`; afterwards each has its `bytes` and `failure`.
+template <class Backend>
+void move_segments(basic_aio_context<Backend>& context, file& f, operation op, segment* segments,
+                   std::size_t count, engine_settings settings) {
+    if (count == 0) return;
+    engine<Backend>(context, f, op, segments, count, settings).run();
+}
+
+}  // namespace detail
+}  // namespace nvmeio

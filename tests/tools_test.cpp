@@ -1,5 +1,6 @@
-// Tests of nvmeio-bench and nvmeio-tune: tiny runs of the real programs whose CSV, JSON and SVG
-// output is parsed and checked, plus the shared helpers they are built from.
+// Tests of the tools and examples as programs: tiny runs of nvmeio-bench and nvmeio-tune whose
+// CSV, JSON and SVG output is parsed and checked, the pieces of bench/ they are built from, and
+// every silly command-line value of every tool and example (exit 2, a message naming the flag).
 #define BOOST_TEST_MODULE tools_test
 #include <unistd.h>
 
@@ -12,12 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../tests/test_support.hpp"
-#include "bench_common.hpp"
-#include "fio_runner.hpp"
+#include "fio.hpp"
 #include "heatmap_svg.hpp"
+#include "support/machine.hpp"
+#include "test_support.hpp"
 
 namespace bench = nvmeio::bench;
+namespace support = nvmeio::support;
 using nlohmann::json;
 
 namespace {
@@ -98,51 +100,26 @@ std::string out_dir(const std::string& name) {
 
 // ------------------------------------------------------------------------------ shared helpers
 
-BOOST_AUTO_TEST_CASE(parse_size_reads_binary_suffixes_and_rejects_garbage) {
-    BOOST_TEST(bench::parse_size("4096") == 4096u);
-    BOOST_TEST(bench::parse_size("128K") == 131072u);
-    BOOST_TEST(bench::parse_size("8M") == 8388608u);
-    BOOST_TEST(bench::parse_size("1GiB") == 1073741824u);
-    BOOST_TEST(bench::format_size(131072) == "128K");
-    BOOST_TEST(bench::format_size(3 * 1048576) == "3M");
-    BOOST_TEST(bench::format_size(1000) == "1000");
-    BOOST_CHECK_THROW((void)bench::parse_size("12Q"), std::invalid_argument);
-    BOOST_CHECK_THROW((void)bench::parse_size("K"), std::invalid_argument);
-}
-
-BOOST_AUTO_TEST_CASE(split_gives_contiguous_block_aligned_slices_covering_the_file) {
-    for (unsigned threads : {1u, 2u, 3u, 8u}) {
-        const std::uint64_t size = 10 * 65536 + 4096;
-        const auto slices = bench::split(size, threads, 65536);
-        std::uint64_t next = 0;
-        for (const auto& s : slices) {
-            if (s.length == 0) continue;
-            BOOST_TEST(s.offset == next);
-            BOOST_TEST(s.offset % 65536 == 0u);
-            next += s.length;
-        }
-        BOOST_TEST(next == size);
+BOOST_AUTO_TEST_CASE(fio_runs_the_engine_of_the_backend_on_the_slices_of_the_parallel_context) {
+    bench::run_config c;
+    c.path = "/x";
+    c.block_size = 1 << 20;
+    c.queue_depth = 8;
+    c.threads = 4;
+    for (const auto backend : {support::backend_kind::libaio, support::backend_kind::io_uring}) {
+        c.backend = backend;
+        const std::vector<std::string> command = bench::fio_command("fio", c, 64 << 20);
+        const std::string engine =
+            std::string("--ioengine=") +
+            (backend == support::backend_kind::libaio ? "libaio" : "io_uring");
+        BOOST_TEST(std::count(command.begin(), command.end(), engine) == 1);
+        BOOST_TEST(std::count(command.begin(), command.end(), "--size=16777216") == 1);
+        BOOST_TEST(std::count(command.begin(), command.end(), "--offset_increment=16777216") == 1);
+        BOOST_TEST(std::count(command.begin(), command.end(), "--numjobs=4") == 1);
+        BOOST_TEST(std::count(command.begin(), command.end(), "--direct=1") == 1);
     }
-}
-
-BOOST_AUTO_TEST_CASE(summarize_reports_median_and_spread) {
-    const bench::summary_stats s = bench::summarize({3, 1, 2, 10});
-    BOOST_TEST(s.median == 2.5);
-    BOOST_TEST(s.min == 1);
-    BOOST_TEST(s.max == 10);
-    BOOST_TEST(s.spread() == 9 / 2.5);
-}
-
-BOOST_AUTO_TEST_CASE(first_mismatch_finds_the_first_differing_byte) {
-    nvmeio_test::temp_path path("mismatch");
-    std::vector<std::byte> bytes(300000);
-    bench::fill_pattern(bytes.data(), bytes.size(), 0);
-    nvmeio_test::spew(path.str(), bytes.data(), bytes.size());
-    BOOST_TEST(!bench::first_mismatch(path.str(), bytes.data(), bytes.size(), 0).has_value());
-    bytes[123457] ^= std::byte{1};
-    const auto bad = bench::first_mismatch(path.str(), bytes.data(), bytes.size(), 0);
-    BOOST_TEST_REQUIRE(bad.has_value());
-    BOOST_TEST(*bad == 123457u);
+    // fio cannot move the same bytes when the size does not split into P whole blocks.
+    BOOST_CHECK_THROW((void)bench::fio_command("fio", c, (64 << 20) + 4096), std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_CASE(heatmap_has_one_cell_per_point_and_marks_missing_ones) {
@@ -207,13 +184,30 @@ BOOST_AUTO_TEST_CASE(bench_write_passes_leave_the_file_content_unchanged) {
     BOOST_TEST(nvmeio_test::slurp(path.str()) == original);
 }
 
-BOOST_AUTO_TEST_CASE(bench_refuses_a_backend_it_does_not_have) {
-    nvmeio_test::temp_path path("bench-backend");
+BOOST_AUTO_TEST_CASE(bench_runs_on_io_uring_or_says_precisely_why_not) {
+    nvmeio_test::temp_path path("bench-uring");
     const ran r = run(quoted(tool("NVMEIO_BENCH")) + " -f " + quoted(path.str()) +
-                          " -s 1M --warm --backend io_uring",
-                      "bench-backend");
-    BOOST_TEST(r.status != 0);
+                          " -s 2M -b 128K -q 4 -p 2 -n 1 -w 0 --warm --validate --json "
+                          "--backend io_uring",
+                      "bench-uring");
+#if NVMEIO_HAS_IO_URING
+    std::error_code why;
+    if (nvmeio::io_uring_supported(why)) {
+        BOOST_TEST_REQUIRE(r.status == 0, r.err);
+        const json doc = json::parse(r.out);
+        BOOST_TEST(doc["config"]["backend"] == "io_uring");
+        BOOST_TEST(doc["validation"] == "passed");
+        BOOST_TEST(doc["loops"][0]["requests"] == 16);
+        return;
+    }
+    BOOST_TEST_MESSAGE("io_uring refused by the kernel (" << why.message()
+                                                          << "): checking the error");
+    BOOST_TEST(r.status == 1);
     BOOST_TEST(r.err.find("io_uring") != std::string::npos, r.err);
+#else
+    BOOST_TEST(r.status == 2);
+    BOOST_TEST(r.err.find("--backend") != std::string::npos, r.err);
+#endif
 }
 
 // -------------------------------------------------------------------------------- nvmeio-tune
@@ -315,7 +309,7 @@ BOOST_AUTO_TEST_CASE(tune_labels_reads_cold_only_after_dropping_the_page_cache) 
                           quoted(dir),
                       "tune-cold");
     std::string why;
-    if (::geteuid() == 0 && bench::drop_page_cache(why)) {
+    if (::geteuid() == 0 && support::drop_page_cache(why)) {
         BOOST_TEST_REQUIRE(r.status == 0, r.err);
         const json doc = json::parse(read_text(dir + "/summary.json"));
         BOOST_TEST(doc["cache"] == "cold");
@@ -380,4 +374,124 @@ BOOST_AUTO_TEST_CASE(bench_never_overwrites_an_existing_file_that_is_too_short) 
     BOOST_TEST(r.status != 0);
     BOOST_TEST(r.err.find("65536 bytes") != std::string::npos, r.err);
     BOOST_TEST(nvmeio_test::slurp(path.str()) == original);
+}
+
+// ------------------------------------------------------------------ silly command-line values
+
+namespace {
+
+struct silly_case {
+    const char* program;  // environment variable naming the program
+    std::string args;     // its arguments ({F}: a fresh scratch path, {D}: the scratch folder)
+    const char* flag;     // what the message must name
+};
+
+std::string expand(std::string args, const std::string& file) {
+    for (std::size_t at; (at = args.find("{F}")) != std::string::npos;)
+        args.replace(at, 3, quoted(file));
+    for (std::size_t at; (at = args.find("{D}")) != std::string::npos;)
+        args.replace(at, 3, quoted(nvmeio_test::scratch_dir()));
+    return args;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
+    const char* bench_tool = "NVMEIO_BENCH";
+    const char* tune = "NVMEIO_TUNE";
+    const char* demo = "NVMEIO_PROGRAM_NVMEIO_DEMO";
+    const char* write_verify = "NVMEIO_PROGRAM_WRITE_VERIFY";
+    const char* read_validate = "NVMEIO_PROGRAM_READ_VALIDATE";
+    const char* make_safetensors = "NVMEIO_PROGRAM_MAKE_SAFETENSORS";
+    const char* load_tensors = "NVMEIO_PROGRAM_LOAD_TENSORS";
+    const char* parallel_bench = "NVMEIO_PROGRAM_PARALLEL_BENCH";
+    const char* batch_bench = "NVMEIO_PROGRAM_BATCH_BENCH";
+    const char* compare_bench = "NVMEIO_PROGRAM_COMPARE_BENCH";
+    const std::vector<silly_case> cases = {
+        {bench_tool, "-f {F} -s -1", "--size"},
+        {bench_tool, "-f {F} -s 0", "--size"},
+        {bench_tool, "-f {F} -s 1X", "--size"},
+        {bench_tool, "-f {F} -s 1.5G", "--size"},
+        {bench_tool, "-f {F} -s 99999999999999999999", "--size"},
+        {bench_tool, "-f {F} -s 16383P", "--size"},
+        {bench_tool, "-f {F} -s 1P", "--size"},
+        {bench_tool, "-f {F}", "--size"},
+        {bench_tool, "-s 1M", "--file"},
+        {bench_tool, "-f /dev/null -s 1M --warm", "--file"},
+        {bench_tool, "-f {D} -s 1M --warm", "--file"},
+        {bench_tool, "-f {F} -s 1M -b 0", "--block-size"},
+        {bench_tool, "-f {F} -s 1M -b 2G", "--block-size"},
+        {bench_tool, "-f {F} -s 1M -b -4096", "--block-size"},
+        {bench_tool, "-f {F} -s 1M -q 0", "--queue-depth"},
+        {bench_tool, "-f {F} -s 1M -q -1", "--queue-depth"},
+        {bench_tool, "-f {F} -s 1M -q abc", "--queue-depth"},
+        {bench_tool, "-f {F} -s 1M -q 65537", "--queue-depth"},
+        {bench_tool, "-f {F} -s 1M -q 4294967297", "--queue-depth"},
+        {bench_tool, "-f {F} -s 1M -p 0", "--threads"},
+        {bench_tool, "-f {F} -s 1M -p 1025", "--threads"},
+        {bench_tool, "-f {F} -s 1M -n 0", "--loops"},
+        {bench_tool, "-f {F} -s 1M -w -1", "--warmup"},
+        {bench_tool, "-f {F} -s 1M --op delete", "--op"},
+        {bench_tool, "-f {F} -s 1M --strategy fast", "--strategy"},
+        {bench_tool, "-f {F} -s 1M --submit many", "--submit"},
+        {bench_tool, "-f {F} -s 1M --backend spdk", "--backend"},
+        {bench_tool, "-f {F} -s 1M --huge-pages maybe", "--huge-pages"},
+        {tune, "-f {F} -s 1M -b 0,64K --warm", "--block-sizes"},
+        {tune, "-f {F} -s 1M -b 64K,-1 --warm", "--block-sizes"},
+        {tune, "-f {F} -s 1M -b 64K -q 4,0 --warm", "--queue-depths"},
+        {tune, "-f {F} -s 1M -b 64K -p 1,0 --warm", "--threads"},
+        {tune, "-f {F} -s 1M -b 64K -r 0 --warm", "--repeats"},
+        {tune, "-f {F} -s 1M -b 64K --budget -1 --warm", "--budget"},
+        {tune, "-f {F} -s 1M -b 64K --budget nan --warm", "--budget"},
+        {tune, "-f {F} -s 1M -b 64K --pause inf --warm", "--pause"},
+        {tune, "-f {F} -s 1M -b 64K --ops read,erase --warm", "--ops"},
+        {tune, "-f {F} -s 1M -b 64K --overlap maybe --warm", "--overlap"},
+        {tune, "-f {F} -s 1M -b 64K --single-submit 2 --warm", "--single-submit"},
+        {tune, "-f {F} -s 3M -b 2M -p 1 --warm", "--size"},
+        {tune, "-f {F} -s 1M -b 64K --seed -1 --warm", "--seed"},
+        {tune, "-f {F} -s 1M -b 64K -p 1 --warm -o /proc/no/such/dir", "--out-dir"},
+        {demo, "--file {F} --size -1", "--size"},
+        {demo, "--file {F} --size 0", "--size"},
+        {demo, "--file {F} --size 1P", "--size"},
+        {demo, "--file {F} --rounds 0", "--rounds"},
+        {demo, "--file {F} --block-size 3G", "--block-size"},
+        {write_verify, "{F} --size -1", "--size"},
+        {write_verify, "{F} --size 1X", "--size"},
+        {write_verify, "{F} --size 99999999999999999999", "--size"},
+        {write_verify, "{F} --size 1P", "--size"},
+        {write_verify, "{F} --size 4096 -q 0", "--queue-depth"},
+        {write_verify, "{F} --size 4096 --block-size 0", "--block-size"},
+        {write_verify, "{F} --size 4096 --direct maybe", "--direct"},
+        {write_verify, "{F} --size 4096 --strategy x", "--strategy"},
+        {write_verify, "{F}", "--size"},
+        {read_validate, "{F} -q abc", "--queue-depth"},
+        {read_validate, "{F} --backend x", "--backend"},
+        {make_safetensors, "{F} 0", "tensors"},
+        {make_safetensors, "{F} abc", "tensors"},
+        {make_safetensors, "{F} 99999999999", "tensors"},
+        {make_safetensors, "{F} 5 -1", "seed"},
+        {load_tensors, "{F} -q 0", "--queue-depth"},
+        {parallel_bench, "--dir {D} --size -1", "--size"},
+        {parallel_bench, "--dir {D} --mode x", "--mode"},
+        {parallel_bench, "--dir {D} --files 0", "--files"},
+        {batch_bench, "--dir {D} --count 0", "--count"},
+        {batch_bench, "--dir {D} --min 1X", "--min"},
+        {batch_bench, "--dir {D} --max 0", "--max"},
+        {batch_bench, "--dir {D} --threads 0", "--threads"},
+        {batch_bench, "--dir {D} --min 8M --max 4M", "--min"},
+        {compare_bench, "--rounds 0", "--rounds"},
+        {compare_bench, "--size -1", "--size"},
+        {compare_bench, "--small-size 1X", "--small-size"},
+    };
+    for (const silly_case& c : cases) {
+        nvmeio_test::temp_path path("silly");
+        const std::string command = quoted(tool(c.program)) + " " + expand(c.args, path.str());
+        const ran r = run(command, "silly");
+        BOOST_TEST(r.status == 2, command << "\n  exit " << r.status << ", stderr: " << r.err);
+        BOOST_TEST(r.err.find(c.flag) != std::string::npos,
+                   command << "\n  stderr does not name " << c.flag << ": " << r.err);
+        BOOST_TEST(r.err.find("terminate called") == std::string::npos, command);
+        BOOST_TEST(nvmeio_test::file_size(path.str()) == ~0ull,
+                   command << "\n  created the file although its command line was refused");
+    }
 }

@@ -483,7 +483,14 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         {compare_bench, "--size -1", "--size"},
         {compare_bench, "--small-size 1X", "--small-size"},
     };
+    std::size_t tried = 0;
     for (const silly_case& c : cases) {
+        if (std::getenv(c.program) == nullptr) {
+            // tests/CMakeLists.txt names every program this build has; say which it has not.
+            BOOST_WARN_MESSAGE(false, "not built here, its cases not tried: " << c.program);
+            continue;
+        }
+        ++tried;
         nvmeio_test::temp_path path("silly");
         const std::string command = quoted(tool(c.program)) + " " + expand(c.args, path.str());
         const ran r = run(command, "silly");
@@ -494,4 +501,5 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         BOOST_TEST(nvmeio_test::file_size(path.str()) == ~0ull,
                    command << "\n  created the file although its command line was refused");
     }
+    BOOST_TEST(tried >= 40u);  // nvmeio-bench's and nvmeio-tune's cases at least
 }

@@ -25,11 +25,12 @@ enum class huge_pages_mode { automatic, on, off };
 
 /// The help of --huge-pages: both measurements behind the default (docs/PERFORMANCE.md).
 inline const char* const huge_pages_help =
-    "transparent huge pages (madvise MADV_HUGEPAGE) for the buffer: on, off, or auto. On the "
-    "development VM huge pages cut CPU per GiB 4.5-14x on a buffer touched before the runs, but "
-    "made a first load into a fresh 2 GiB buffer 3-7x slower (faulting the huge pages in cost "
-    "4-7 s of system time, against 1-2 s with 4 KiB pages); auto: on for a pre-touched buffer, "
-    "off with --fresh-buffer (see docs/PERFORMANCE.md)";
+    "transparent huge pages (madvise MADV_HUGEPAGE) for the buffer: on, off, or auto. Measured on "
+    "the development VM (docs/PERFORMANCE.md): on a buffer touched before the runs, huge pages cut "
+    "CPU per GiB 4.5-14x at the same or better throughput; on a fresh 2 GiB buffer they made a "
+    "first load 1.7-5x slower as a whole process (2.3 s of system time to fault it in, up to 5 s, "
+    "against 1.1 s with 4 KiB pages; others saw 3-7x on such VMs). auto: on for a pre-touched "
+    "buffer, off with --fresh-buffer";
 
 /// What both tools read besides the transfer flags.
 struct common_flags {

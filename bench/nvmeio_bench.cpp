@@ -43,6 +43,7 @@ bench::bench_plan plan(int argc, char** argv) {
                  "page cache (nvmeio::verify_read)");
     app.add_flag("--json", p.json, "print JSON instead of a table");
     support::parse_command_line(app, argc, argv);
+    transfer.check();
 
     p.config.path = p.flags.path;
     p.config.block_size = static_cast<std::size_t>(transfer.block_size);
@@ -68,6 +69,7 @@ bench::bench_plan plan(int argc, char** argv) {
 bench::bench_outcome run(const bench::bench_plan& p) {
     bench::bench_outcome out;
     out.created = bench::prepare_target(p.target, p.config.size);
+    bench::check_block_sizes(p.config.path, {p.config.block_size}, "--block-size");
     const bool is_read = p.config.op == nvmeio::operation::read;
     out.cache = is_read ? (p.flags.warm ? "warm" : "cold") : "n/a";
     out.validation = p.validate && is_read ? "passed" : "not requested";

@@ -44,6 +44,7 @@ bench::tune_outcome run(const bench::tune_plan& p) {
     if (reads) bench::prepare_pass(nvmeio::operation::read, p.flags.warm, p.flags.path);
     bench::tune_outcome out;
     out.created = bench::prepare_target(p.target, p.size);
+    bench::check_block_sizes(p.flags.path, p.block_sizes, "--block-sizes");
     bench::runner engine(p.size, p.flags.buffer());
     if (std::find(p.ops.begin(), p.ops.end(), nvmeio::operation::write) != p.ops.end())
         engine.load(p.flags.path);  // write runs write the file's own bytes back

@@ -4,6 +4,7 @@
 /// the cache mode, the buffer (fresh or pre-touched, huge pages or not) and the device guard.
 
 #include <string>
+#include <vector>
 
 #include "run.hpp"
 #include "support/cli.hpp"
@@ -77,6 +78,15 @@ inline void check_fits_in_memory(std::uint64_t size) {
                                                  support::format_size(memory) +
                                                  "); the tools hold the whole range in one buffer");
     }
+}
+
+/// Throws usage_error naming `flag` for a block size that is not a multiple of the O_DIRECT
+/// alignment of `path` (which must exist).
+inline void check_block_sizes(const std::string& path, const std::vector<std::uint64_t>& sizes,
+                              const std::string& flag) {
+    const file f(path, open_mode::read, direct_io::on);
+    for (const std::uint64_t size : sizes)
+        support::check_block_size(flag, size, f);
 }
 
 /// Before a read pass: drop the page cache unless `warm`; before a write pass: flush the file.

@@ -71,7 +71,8 @@ inline void add_tune_options(CLI::App& app, tune_plan& p) {
                                   "read, write or both (comma separated)");
     support::add_size_list_option(app, "-b,--block-sizes", p.block_sizes,
                                   "block sizes, comma separated", 1,
-                                  support::transfer_flags::max_block_size);
+                                  support::transfer_flags::max_block_size,
+                                  support::transfer_flags::smallest_direct_alignment);
     support::add_count_list_option(app, "-q,--queue-depths", p.depths,
                                    "queue depths, comma separated", 1u, 65536u);
     support::add_enum_option(app, "--overlap", p.overlap, switch_axis_names(),

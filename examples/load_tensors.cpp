@@ -117,8 +117,10 @@ int main(int argc, char** argv) {
         app.add_option("file", path, "a .safetensors file")->required();
         flags.add_to(app);
         support::parse_command_line(app, argc, argv);
+        flags.check();
 
         nvmeio::file in(path, nvmeio::open_mode::read, flags.direct);
+        flags.check_against(in);
         const std::uint64_t file_size = in.size();
         std::uint64_t data_start = 0;
         const std::vector<tensor> tensors = parse_header(path, in, file_size, data_start);

@@ -423,6 +423,7 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         {bench_tool, "-f {F} -s 1M -b 0", "--block-size"},
         {bench_tool, "-f {F} -s 1M -b 2G", "--block-size"},
         {bench_tool, "-f {F} -s 1M -b -4096", "--block-size"},
+        {bench_tool, "-f {F} -s 1M -b 1000 --warm", "--block-size"},
         {bench_tool, "-f {F} -s 1M -q 0", "--queue-depth"},
         {bench_tool, "-f {F} -s 1M -q -1", "--queue-depth"},
         {bench_tool, "-f {F} -s 1M -q abc", "--queue-depth"},
@@ -439,6 +440,7 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         {bench_tool, "-f {F} -s 1M --huge-pages maybe", "--huge-pages"},
         {tune, "-f {F} -s 1M -b 0,64K --warm", "--block-sizes"},
         {tune, "-f {F} -s 1M -b 64K,-1 --warm", "--block-sizes"},
+        {tune, "-f {F} -s 1M -b 64K,1000 --warm", "--block-sizes"},
         {tune, "-f {F} -s 1M -b 64K -q 4,0 --warm", "--queue-depths"},
         {tune, "-f {F} -s 1M -b 64K -p 1,0 --warm", "--threads"},
         {tune, "-f {F} -s 1M -b 64K -r 0 --warm", "--repeats"},
@@ -462,6 +464,7 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         {write_verify, "{F} --size 1P", "--size"},
         {write_verify, "{F} --size 4096 -q 0", "--queue-depth"},
         {write_verify, "{F} --size 4096 --block-size 0", "--block-size"},
+        {write_verify, "{F} --size 4096 --block-size 1000", "--block-size"},
         {write_verify, "{F} --size 4096 --direct maybe", "--direct"},
         {write_verify, "{F} --size 4096 --strategy x", "--strategy"},
         {write_verify, "{F}", "--size"},
@@ -559,6 +562,13 @@ BOOST_FIXTURE_TEST_CASE(tools_refuse_to_write_a_block_device_unless_told, device
         BOOST_TEST(r.err.find("block device") != std::string::npos, r.err);
     }
     BOOST_TEST(unchanged());
+
+    // A block size that O_DIRECT could take elsewhere but not on 4 KiB sectors.
+    const ran odd =
+        run(quoted(tool("NVMEIO_BENCH")) + " -f " + dev + " -b 2K -q 4 --warm", "device-odd-block");
+    BOOST_TEST(odd.status == 2, odd.err);
+    BOOST_TEST(odd.err.find("--block-size") != std::string::npos, odd.err);
+    BOOST_TEST(odd.err.find("4096") != std::string::npos, odd.err);
 
     // Told: the write runs write back the device's own bytes.
     const ran r = run(quoted(tool("NVMEIO_BENCH")) + " --op write -f " + dev +

@@ -21,12 +21,12 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "support/cli.hpp"
 #include "support/machine.hpp"
+#include "support/pattern.hpp"
 #include "support/stats.hpp"
 
 namespace support = nvmeio::support;
@@ -64,16 +64,9 @@ std::uint8_t* bytes(buffer& b) {
     return reinterpret_cast<std::uint8_t*>(b.data());
 }
 
-/// Fills `a` with random bytes and copies it into `b`: writes every page of both (hot).
+/// Fills `a` with the generated pattern and copies it into `b`: writes every page of both (hot).
 void fill_equal(std::uint8_t* a, std::uint8_t* b, std::size_t size) {
-    std::mt19937_64 random(42);
-    std::size_t i = 0;
-    for (; i + 8 <= size; i += 8) {
-        const std::uint64_t word = random();
-        std::memcpy(a + i, &word, 8);
-    }
-    for (; i < size; ++i)
-        a[i] = static_cast<std::uint8_t>(random());
+    support::fill_pattern(a, size, 0, 42);
     std::memcpy(b, a, size);
 }
 

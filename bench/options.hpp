@@ -41,7 +41,7 @@ struct common_flags {
     huge_pages_mode huge_pages = huge_pages_mode::automatic;  ///< --huge-pages
     bool allow_device_write = false;                          ///< --allow-device-write
 
-    /// Adds the flags; `path_default` empty makes --file required.
+    /// Adds the flags; --file is required unless `path` already holds a default.
     void add_to(CLI::App& app, const std::string& file_help) {
         CLI::Option* file = app.add_option("-f,--file", path, file_help);
         if (path.empty())

@@ -119,7 +119,9 @@ int run(int argc, char** argv) {
                        : "NOT cold: could not drop the page cache (run as root); reads may be "
                          "served from memory\n");
 
-    nvmeio::aligned_buffer buffer(size, 4096, nvmeio::buffer_options{true, false, false});
+    // Touched up front and reused by every read: huge pages pay off (docs/PERFORMANCE.md, "What a
+    // user's first load costs"), as in the tools' --huge-pages auto.
+    nvmeio::aligned_buffer buffer(size, 4096, nvmeio::buffer_options{true, true, false});
     nvmeio::aio_context context({s.queue_depth, static_cast<std::size_t>(s.block_size)});
     support::fill_pattern(buffer.data(), size);
     std::vector<nvmeio::perf_row> rows;

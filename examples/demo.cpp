@@ -1,142 +1,79 @@
-// nvmeio-demo: the main job. Writes a generated file (about 1 GiB by default) with O_DIRECT,
+// nvmeio-demo: the main job. Writes the generated pattern (about 1 GiB by default) with O_DIRECT,
 // then reads it back cold, interleaved, with a plain buffered read() loop, the sequential
-// strategy and the overlapped strategy; validates every byte of every O_DIRECT read; prints the
-// perf table and the median GB/s of each next to the buffered read.
+// strategy and the overlapped strategy; validates every byte of every read; prints the perf
+// table and the median GB/s of each next to the buffered read.
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <nvmeio/nvmeio.hpp>
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
-#include "pattern.hpp"
+#include "support/cli.hpp"
+#include "support/machine.hpp"
+#include "support/pattern.hpp"
+#include "support/reference_read.hpp"
+#include "support/stats.hpp"
+
+namespace support = nvmeio::support;
 
 namespace {
 
 struct settings {
     std::string path = "nvmeio-demo/demo.bin";
-    std::size_t size_mib = 1024;
+    std::uint64_t size = std::uint64_t{1} << 30;
     unsigned queue_depth = 32;
-    std::size_t block_kib = 1024;
+    std::uint64_t block_size = std::uint64_t{1} << 20;
     unsigned rounds = 3;
     bool keep = false;
 };
 
-bool drop_page_cache() {
-    ::sync();
-    std::ofstream drop("/proc/sys/vm/drop_caches");
-    drop << "1\n";
-    drop.flush();
-    return static_cast<bool>(drop);
-}
-
-// A plain buffered read() loop, the reference every user already has.
-nvmeio::transfer_perf buffered_read(const std::string& path, std::byte* buffer, std::size_t n) {
-    const auto start = std::chrono::steady_clock::now();
-    nvmeio::file f(path, nvmeio::open_mode::read, nvmeio::direct_io::off);
-    const std::size_t chunk = std::size_t{1} << 20;
-    std::size_t done = 0;
-    while (done < n) {
-        const std::size_t got = f.read_at(buffer + done, std::min(chunk, n - done), done);
-        if (got == 0) break;
-        done += got;
-    }
-    nvmeio::transfer_perf p;
-    p.bytes = done;
-    p.elapsed_us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-    return p;
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t m = v.size() / 2;
-    return v.size() % 2 != 0 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
-std::string cpu_model() {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-    }
-    return "unknown";
-}
-
-}  // namespace
-
-int main(int argc, char** argv) try {
+settings parse(int argc, char** argv) {
     settings s;
     CLI::App app{
         "Writes a generated file with O_DIRECT, reads it back cold with a buffered read() loop "
-        "and\n"
-        "with nvmeio's sequential and overlapped strategies (interleaved; the page cache is "
-        "dropped\n"
-        "before each read when run as root), validates every byte and prints the perf table."};
+        "and\nwith nvmeio's sequential and overlapped strategies (interleaved; the page cache is "
+        "dropped\nbefore each read when run as root), validates every byte and prints the perf "
+        "table."};
     app.add_option("--file", s.path, "the file to write and read")->capture_default_str();
-    app.add_option("--size-mib", s.size_mib, "file size in MiB")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    app.add_option("--queue-depth", s.queue_depth, "requests in flight")->capture_default_str();
-    app.add_option("--block-kib", s.block_kib, "request size in KiB")->capture_default_str();
-    app.add_option("--rounds", s.rounds, "interleaved rounds")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+    support::add_size_option(app, "--size", s.size, "file size (K, M, G suffixes)");
+    support::add_count_option(app, "-q,--queue-depth", s.queue_depth, "requests in flight", 1u,
+                              65536u);
+    support::add_size_option(app, "-b,--block-size", s.block_size, "bytes per request", 1,
+                             support::transfer_flags::max_block_size);
+    support::add_count_option(app, "--rounds", s.rounds, "interleaved rounds", 1u, 1000u);
     app.add_flag("--keep", s.keep, "keep the file afterwards");
-    CLI11_PARSE(app, argc, argv);
-    const std::size_t size = s.size_mib << 20;
-    const std::size_t block = s.block_kib << 10;
-    const std::string dir = s.path.substr(0, s.path.find_last_of('/'));
-    if (s.path.find('/') != std::string::npos) ::mkdir(dir.c_str(), 0755);
-
-    const bool cold = drop_page_cache();
-    std::cout << "nvmeio " << NVMEIO_VERSION_MAJOR << "." << NVMEIO_VERSION_MINOR << "."
-              << NVMEIO_VERSION_PATCH << " demo\n"
-              << "machine: " << cpu_model() << ", " << ::sysconf(_SC_NPROCESSORS_ONLN) << " CPUs\n"
-              << "file: " << s.path << ", " << s.size_mib << " MiB; queue depth " << s.queue_depth
-              << ", block " << s.block_kib << " KiB, " << s.rounds << " interleaved rounds\n"
-              << (cold ? "page cache dropped before every read (cold)\n"
-                       : "NOT cold: could not drop the page cache (run as root); reads may be "
-                         "served from memory\n");
-
-    nvmeio::aligned_buffer buffer(size, 4096, nvmeio::buffer_options{true, true, false});
-    nvmeio::aio_context context({s.queue_depth, block});
-
-    example::generate(buffer.data(), size);
-    std::vector<nvmeio::perf_row> rows;
-    {
-        nvmeio::file out(s.path, nvmeio::open_mode::write, nvmeio::direct_io::on);
-        auto written =
-            nvmeio::write(context, out, buffer.data(), size, 0,
-                          {nvmeio::strategy_kind::overlapped, nvmeio::submit_mode::block, true});
-        out.sync();
-        rows.push_back({"write overlapped/block (O_DIRECT)", written.perf});
-        std::cout << "alignment: memory " << out.alignment().memory << ", offset "
-                  << out.alignment().offset << " (" << out.alignment().source << ")\n";
+    support::parse_command_line(app, argc, argv);
+    if (s.size > support::physical_memory_bytes() / 2) {
+        throw support::usage_error("--size", support::format_size(s.size) +
+                                                 " bytes do not fit in half of this machine's "
+                                                 "memory");
     }
+    return s;
+}
 
-    struct mode {
-        const char* label;
-        bool direct;
-        nvmeio::strategy_kind strategy;
-        std::vector<double> gb_per_s;
-    };
-    std::vector<mode> modes = {
-        {"buffered read() loop", false, nvmeio::strategy_kind::sequential, {}},
-        {"read sequential/block (O_DIRECT)", true, nvmeio::strategy_kind::sequential, {}},
-        {"read overlapped/block (O_DIRECT)", true, nvmeio::strategy_kind::overlapped, {}},
-    };
+bool drop_page_cache() {
+    std::string why;
+    return support::drop_page_cache(why);
+}
+
+struct mode {
+    const char* label;
+    bool direct;
+    nvmeio::strategy_kind strategy;
+    std::vector<double> gb_per_s;
+};
+
+// Reads the file back once per mode per round, validating every byte; true when all matched.
+bool read_rounds(const settings& s, bool cold, nvmeio::aio_context& context,
+                 nvmeio::aligned_buffer& buffer, std::vector<mode>& modes,
+                 std::vector<nvmeio::perf_row>& rows) {
+    const auto size = static_cast<std::size_t>(s.size);
     bool all_valid = true;
     for (unsigned round = 0; round < s.rounds; ++round) {
         for (mode& m : modes) {
@@ -146,37 +83,82 @@ int main(int argc, char** argv) try {
             nvmeio::transfer_perf perf;
             if (m.direct) {
                 nvmeio::file in(s.path, nvmeio::open_mode::read, nvmeio::direct_io::on);
-                perf = nvmeio::read(context, in, buffer.data(), size, 0,
+                perf = nvmeio::read(context, in, buffer, size, 0,
                                     {m.strategy, nvmeio::submit_mode::block, true})
                            .perf;
             } else {
-                perf = buffered_read(s.path, buffer.data(), size);
+                perf = support::buffered_read(s.path, buffer.data(), size).perf;
             }
-            const std::size_t wrong = example::first_wrong(buffer.data(), size);
-            if (perf.bytes != size || wrong != size) {
+            const nvmeio::mismatch_summary wrong = support::pattern_mismatches(buffer.data(), size);
+            if (perf.bytes != size || !wrong.equal()) {
                 all_valid = false;
                 std::cout << "VALIDATION FAILED: " << m.label << " read " << perf.bytes
-                          << " bytes, first wrong byte at " << wrong << "\n";
+                          << " bytes, " << wrong.count << " bytes differ, the first at "
+                          << wrong.first << "\n";
             }
             m.gb_per_s.push_back(perf.gb_per_s());
             rows.push_back({std::string(m.label) + " #" + std::to_string(round + 1), perf});
         }
     }
+    return all_valid;
+}
+
+int run(int argc, char** argv) {
+    const settings s = parse(argc, argv);
+    const auto size = static_cast<std::size_t>(s.size);
+    if (s.path.find('/') != std::string::npos)
+        ::mkdir(s.path.substr(0, s.path.find_last_of('/')).c_str(), 0755);
+
+    const bool cold = drop_page_cache();
+    std::cout << "nvmeio " << support::nvmeio_version() << " demo\n"
+              << "machine: " << support::describe_machine(s.path) << "\n"
+              << "file: " << s.path << ", " << support::format_size(s.size)
+              << " bytes; queue depth " << s.queue_depth << ", block "
+              << support::format_size(s.block_size) << ", " << s.rounds << " interleaved rounds\n"
+              << (cold ? "page cache dropped before every read (cold)\n"
+                       : "NOT cold: could not drop the page cache (run as root); reads may be "
+                         "served from memory\n");
+
+    // Touched up front and reused by every read: huge pages pay off (docs/PERFORMANCE.md, "What a
+    // user's first load costs"), as in the tools' --huge-pages auto.
+    nvmeio::aligned_buffer buffer(size, 4096, nvmeio::buffer_options{true, true, false});
+    nvmeio::aio_context context({s.queue_depth, static_cast<std::size_t>(s.block_size)});
+    support::fill_pattern(buffer.data(), size);
+    std::vector<nvmeio::perf_row> rows;
+    {
+        nvmeio::file out(s.path, nvmeio::open_mode::write, nvmeio::direct_io::on);
+        const nvmeio::transfer_result written =
+            nvmeio::write(context, out, buffer, size, 0,
+                          {nvmeio::strategy_kind::overlapped, nvmeio::submit_mode::block, true});
+        out.sync();
+        rows.push_back({"write overlapped/block (O_DIRECT)", written.perf});
+        std::cout << "alignment: memory " << out.alignment().memory << ", offset "
+                  << out.alignment().offset << " (" << out.alignment().source << ")\n";
+    }
+
+    std::vector<mode> modes = {
+        {"buffered read() loop", false, nvmeio::strategy_kind::sequential, {}},
+        {"read sequential/block (O_DIRECT)", true, nvmeio::strategy_kind::sequential, {}},
+        {"read overlapped/block (O_DIRECT)", true, nvmeio::strategy_kind::overlapped, {}},
+    };
+    const bool all_valid = read_rounds(s, cold, context, buffer, modes, rows);
     std::cout << "\n";
     nvmeio::print_table(std::cout, rows);
-    const double reference = median(modes[0].gb_per_s);
+    const double reference = support::median(modes[0].gb_per_s);
     std::cout << "\nmedian of " << s.rounds << " " << (cold ? "cold" : "WARM") << " reads:\n";
     for (const mode& m : modes) {
-        char line[160];
-        std::snprintf(line, sizeof line, "  %-34s %7.3f GB/s  %5.2fx buffered\n", m.label,
-                      median(m.gb_per_s), reference > 0 ? median(m.gb_per_s) / reference : 0.0);
-        std::cout << line;
+        const double rate = support::median(m.gb_per_s);
+        std::printf("  %-34s %7.3f GB/s  %5.2fx buffered\n", m.label, rate,
+                    reference > 0 ? rate / reference : 0.0);
     }
     std::cout << (all_valid ? "validation: every byte of every read matched the generated pattern\n"
                             : "validation: MISMATCH (see above)\n");
     if (!s.keep) ::unlink(s.path.c_str());
     return all_valid ? 0 : 1;
-} catch (const std::exception& e) {
-    std::cerr << "nvmeio-demo: " << e.what() << "\n";
-    return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return support::run_main("nvmeio-demo", 2, [&] { return run(argc, argv); });
 }

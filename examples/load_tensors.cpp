@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
+#include "support/cli.hpp"
+
+namespace support = nvmeio::support;
 
 namespace {
 
@@ -106,45 +108,50 @@ std::string shape_text(const std::vector<std::uint64_t>& shape) {
 
 }  // namespace
 
-int main(int argc, char** argv) try {
-    CLI::App app{
-        "Load every tensor of a safetensors file with one nvmeio transfer and validate each."};
-    std::string path;
-    example::transfer_flags flags;
-    app.add_option("file", path, "a .safetensors file")->required();
-    flags.add_to(app);
-    CLI11_PARSE(app, argc, argv);
+int main(int argc, char** argv) {
+    return support::run_main("load_tensors", 2, [&] {
+        CLI::App app{
+            "Load every tensor of a safetensors file with one nvmeio transfer and validate each."};
+        std::string path;
+        support::transfer_flags flags;
+        app.add_option("file", path, "a .safetensors file")->required();
+        flags.add_to(app);
+        support::parse_command_line(app, argc, argv);
+        flags.check();
 
-    nvmeio::file in(path, nvmeio::open_mode::read, flags.direct_mode());
-    const std::uint64_t file_size = in.size();
-    std::uint64_t data_start = 0;
-    const std::vector<tensor> tensors = parse_header(path, in, file_size, data_start);
+        nvmeio::file in(path, nvmeio::open_mode::read, flags.direct);
+        flags.check_against(in);
+        const std::uint64_t file_size = in.size();
+        std::uint64_t data_start = 0;
+        const std::vector<tensor> tensors = parse_header(path, in, file_size, data_start);
 
-    // One transfer of the whole file: the tensors are contiguous after the header, and starting at
-    // offset 0 keeps O_DIRECT's offset rule whatever the header's length.
-    nvmeio::aligned_buffer arena(file_size, 4096, {true, false, false});
-    nvmeio::aio_context context(flags.context());
-    const nvmeio::transfer_result loaded =
-        nvmeio::read(context, in, arena.data(), file_size, 0, flags.config());
-    if (loaded.bytes != file_size) malformed(path, "the file shrank while it was read");
+        // One transfer of the whole file: the tensors are contiguous after the header, and
+        // starting at offset 0 keeps O_DIRECT's offset rule whatever the header's length.
+        nvmeio::aligned_buffer arena(file_size, 4096, {true, false, false});
+        const nvmeio::transfer_result loaded =
+            support::with_backend(flags.backend, [&](auto backend) {
+                nvmeio::basic_aio_context<typename decltype(backend)::type> context(
+                    flags.context());
+                return nvmeio::read(context, in, arena.data(), file_size, 0, flags.config());
+            });
+        if (loaded.bytes != file_size) malformed(path, "the file shrank while it was read");
 
-    std::printf("%-32s %-8s %-20s %14s  %s\n", "tensor", "dtype", "shape", "bytes", "check");
-    bool all_equal = true;
-    for (const tensor& t : tensors) {
-        const std::uint64_t at = data_start + t.begin;
-        const nvmeio::verify_result check =
-            nvmeio::verify_read(path, arena.data() + at, t.end - t.begin, at);
-        all_equal = all_equal && check.equal();
-        std::printf("%-32s %-8s %-20s %14llu  %s\n", t.name.c_str(), t.dtype.c_str(),
-                    shape_text(t.shape).c_str(), static_cast<unsigned long long>(t.end - t.begin),
-                    check.equal() ? "ok" : "MISMATCH");
-    }
-    std::printf("%zu tensors, %llu bytes loaded in %.3f ms: %.3f GB/s (10^9 B/s), %s\n",
-                tensors.size(), static_cast<unsigned long long>(file_size),
-                loaded.perf.elapsed_us / 1e3, loaded.perf.gb_per_s(),
-                in.is_direct() ? "O_DIRECT" : "buffered");
-    return all_equal ? 0 : 1;
-} catch (const std::exception& e) {
-    std::cerr << "load_tensors: " << e.what() << "\n";
-    return 2;
+        std::printf("%-32s %-8s %-20s %14s  %s\n", "tensor", "dtype", "shape", "bytes", "check");
+        bool all_equal = true;
+        for (const tensor& t : tensors) {
+            const std::uint64_t at = data_start + t.begin;
+            const nvmeio::verify_result check =
+                nvmeio::verify_read(path, arena.data() + at, t.end - t.begin, at);
+            all_equal = all_equal && check.equal();
+            std::printf("%-32s %-8s %-20s %14llu  %s\n", t.name.c_str(), t.dtype.c_str(),
+                        shape_text(t.shape).c_str(),
+                        static_cast<unsigned long long>(t.end - t.begin),
+                        check.equal() ? "ok" : "MISMATCH");
+        }
+        std::printf("%zu tensors, %llu bytes loaded in %.3f ms: %.3f GB/s (10^9 B/s), %s\n",
+                    tensors.size(), static_cast<unsigned long long>(file_size),
+                    loaded.perf.elapsed_us / 1e3, loaded.perf.gb_per_s(),
+                    in.is_direct() ? "O_DIRECT" : "buffered");
+        return all_equal ? 0 : 1;
+    });
 }

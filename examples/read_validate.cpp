@@ -1,41 +1,53 @@
-// read_validate: reads a whole file through nvmeio (O_DIRECT by default), validates every byte
-// against an independent buffered read, prints the perf table. Exit 0 when equal, 1 on mismatch,
-// 2 on error.
+// read_validate: reads a whole file (or block device) through nvmeio, O_DIRECT by default,
+// validates every byte against an independent buffered read, prints the perf table. Exit 0 when
+// equal, 1 on a mismatch, 2 on a bad command line or an error.
 
 #include <iostream>
 #include <nvmeio/nvmeio.hpp>
 
-#include "cli.hpp"
+#include "support/cli.hpp"
+#include "support/machine.hpp"
 
-int main(int argc, char** argv) try {
-    CLI::App app{
-        "Read a file with nvmeio, validate it against a buffered read, print the perf table."};
-    std::string path;
-    example::transfer_flags flags;
-    app.add_option("file", path, "the file to read")->required();
-    flags.add_to(app);
-    CLI11_PARSE(app, argc, argv);
+namespace support = nvmeio::support;
 
-    nvmeio::file in(path, nvmeio::open_mode::read, flags.direct_mode());
-    const std::size_t size = in.size();
-    nvmeio::aligned_buffer buffer(size, 4096, {true, false, false});
-    nvmeio::aio_context context(flags.context());
-    const nvmeio::transfer_result result =
-        nvmeio::read(context, in, buffer.data(), size, 0, flags.config());
-    nvmeio::print_table(
-        std::cout,
-        {{flags.label(in.is_direct() ? "read O_DIRECT" : "read buffered"), result.perf}});
+int main(int argc, char** argv) {
+    return support::run_main("read_validate", 2, [&] {
+        CLI::App app{
+            "Read a file with nvmeio, validate it against a buffered read, print the perf table."};
+        std::string path;
+        support::transfer_flags flags;
+        app.add_option("file", path, "the file or block device to read")->required();
+        flags.add_to(app);
+        support::parse_command_line(app, argc, argv);
+        flags.check();
 
-    const nvmeio::verify_result check = nvmeio::verify_read(path, buffer.data(), result.bytes, 0);
-    if (result.bytes == size && check.equal()) {
-        std::cout << "validated " << size << " bytes: equal to a buffered read\n";
-        return 0;
-    }
-    std::cout << "MISMATCH: read " << result.bytes << " of " << size << " bytes; "
-              << check.mismatches.count << " bytes differ (first at " << check.mismatches.first
-              << ", last at " << check.mismatches.last << ")\n";
-    return 1;
-} catch (const std::exception& e) {
-    std::cerr << "read_validate: " << e.what() << "\n";
-    return 2;
+        nvmeio::file in(path, nvmeio::open_mode::read, flags.direct);
+        flags.check_against(in);
+        const std::uint64_t size = in.size();
+        if (size > support::physical_memory_bytes()) {
+            throw std::invalid_argument("'" + path + "' holds " + std::to_string(size) +
+                                        " bytes, more than this machine's memory");
+        }
+        nvmeio::aligned_buffer buffer(static_cast<std::size_t>(size), 4096, {true, false, false});
+        const nvmeio::transfer_result result =
+            support::with_backend(flags.backend, [&](auto backend) {
+                nvmeio::basic_aio_context<typename decltype(backend)::type> context(
+                    flags.context());
+                return nvmeio::read(context, in, buffer.data(), buffer.size(), 0, flags.config());
+            });
+        nvmeio::print_table(
+            std::cout,
+            {{flags.label(in.is_direct() ? "read O_DIRECT" : "read buffered"), result.perf}});
+
+        const nvmeio::verify_result check =
+            nvmeio::verify_read(path, buffer.data(), result.bytes, 0);
+        if (result.bytes == size && check.equal()) {
+            std::cout << "validated " << size << " bytes: equal to a buffered read\n";
+            return 0;
+        }
+        std::cout << "MISMATCH: read " << result.bytes << " of " << size << " bytes; "
+                  << check.mismatches.count << " bytes differ (first at " << check.mismatches.first
+                  << ", last at " << check.mismatches.last << ")\n";
+        return 1;
+    });
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quick start, part 1: build nvmeio-demo and run the main job (a generated ~1 GiB file written with
 # O_DIRECT, read back cold with both strategies and a buffered read, validated, perf table).
-# Extra arguments go to nvmeio-demo (see --help), e.g. --size-mib 4096 --queue-depth 64.
+# Extra arguments go to nvmeio-demo (see --help), e.g. --size 4G --queue-depth 64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "support/pattern.hpp"
+
 namespace nvmeio_test {
 
 // Where O_DIRECT test files live: $NVMEIO_TEST_DIR, else a folder in the working directory
@@ -47,22 +49,13 @@ class temp_path {
     std::string path_;
 };
 
-// Deterministic bytes that differ at every position of a block (so misplaced blocks show).
+// The one generated pattern (support/pattern.hpp), from offset 0, for `seed`.
 inline void fill_pattern(void* data, std::size_t n, std::uint64_t seed) {
-    auto* p = static_cast<unsigned char*>(data);
-    std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (std::size_t i = 0; i < n; ++i) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[i] = static_cast<unsigned char>(x);
-    }
+    nvmeio::support::fill_pattern(data, n, 0, seed);
 }
 
 inline std::vector<unsigned char> pattern(std::size_t n, std::uint64_t seed) {
-    std::vector<unsigned char> v(n);
-    fill_pattern(v.data(), n, seed);
-    return v;
+    return nvmeio::support::pattern(n, seed);
 }
 
 // The file's bytes read with plain buffered POSIX calls.

@@ -41,8 +41,9 @@ int poll_ready(libaio_backend& backend, io_completion* out, std::size_t want) {
 BOOST_AUTO_TEST_CASE(completions_are_read_from_the_kernel_ring_in_user_space) {
     // Every Linux since 2.6 maps the ring with the layout the backend knows; if a kernel ever
     // stops doing so, reaping still works (through io_getevents) but this says it loudly.
+    // Under valgrind the backend reaps through io_getevents on purpose (see libaio.hpp).
     libaio_backend backend(4);
-    BOOST_TEST(backend.reaps_in_user_space(),
+    BOOST_TEST(backend.reaps_in_user_space() == !NVMEIO_DETAIL_RUNNING_ON_VALGRIND(),
                "the kernel's AIO completion ring has an unknown layout: every reap is a syscall");
 }
 
@@ -87,7 +88,7 @@ BOOST_AUTO_TEST_CASE(every_completion_is_reaped_once_and_in_place_as_the_ring_wr
         int got;
         if (from_user_space) {
             got = poll_ready(backend, completions, 1);
-            BOOST_TEST_REQUIRE(got == 1, "no completion seen in the ring within 2 s");
+            BOOST_TEST_REQUIRE(got == 1, "no completion seen within 2 s");
         } else {
             do {
                 got = backend.reap(completions, 1, depth, nullptr);
@@ -129,6 +130,7 @@ BOOST_AUTO_TEST_CASE(errors_come_back_as_negative_errno_in_the_completion) {
     nvmeio_test::spew(path.str(), "abcd", 4);
     file in(path.str(), open_mode::read);
     aligned_buffer source(block);
+    std::memset(source.data(), 0x5A, block);
     libaio_backend backend(1);
     // A write on a read-only descriptor: the kernel answers EBADF at submission or through the
     // completion, depending on the kernel.

@@ -1,7 +1,9 @@
 #define BOOST_TEST_MODULE libaio_backend
 #include <boost/test/unit_test.hpp>
 
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -115,6 +117,41 @@ BOOST_AUTO_TEST_CASE(every_completion_is_reaped_once_and_in_place_as_the_ring_wr
         BOOST_TEST_REQUIRE(times_seen[i] == 1u, "request " << i);
     io_completion extra[1];
     BOOST_TEST(backend.reap(extra, 0, 1, nullptr) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_child_after_fork_cannot_take_the_parents_completions) {
+    // The child shares the mapping of the completion ring; reaping there must not consume it.
+    nvmeio_test::temp_path path("libaio_fork");
+    const auto bytes = nvmeio_test::pattern(block, 12);
+    nvmeio_test::spew(path.str(), bytes.data(), block);
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(block);
+    libaio_backend backend(2);
+    const io_request request{in.native_handle(), operation::read, target.data(), block, 0, 3};
+    BOOST_TEST_REQUIRE(backend.submit(&request, 1) == 1);
+    const timespec settle{0, 200'000'000};  // let the read complete into the ring
+    ::nanosleep(&settle, nullptr);
+    const pid_t child = ::fork();
+    BOOST_TEST_REQUIRE(child >= 0);
+    if (child == 0) {
+        io_completion stolen[2];
+        const int rc = backend.reap(stolen, 0, 2, nullptr);
+        ::_exit(rc > 0 ? 1 : 0);
+    }
+    int status = 0;
+    BOOST_TEST_REQUIRE(::waitpid(child, &status, 0) == child);
+    BOOST_TEST_REQUIRE(WIFEXITED(status));
+    BOOST_TEST(WEXITSTATUS(status) == 0, "the child reaped the parent's completion");
+    io_completion done{};
+    const timespec wait{5, 0};
+    int rc;
+    do {
+        rc = backend.reap(&done, 1, 1, &wait);
+    } while (rc == -EINTR);
+    BOOST_TEST_REQUIRE(rc == 1, "the parent's completion is gone");
+    BOOST_TEST(done.user_data == 3u);
+    BOOST_TEST(done.result == static_cast<std::int64_t>(block));
+    BOOST_TEST(std::memcmp(target.data(), bytes.data(), block) == 0);
 }
 
 BOOST_AUTO_TEST_CASE(reap_with_nothing_in_flight_returns_zero) {

@@ -6,7 +6,11 @@
 /// since 0.3.110 (io_pgetevents is not, e.g. 0.3.111 on RHEL 9).
 
 #include <libaio.h>
+#include <pthread.h>
+#include <sys/types.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <fstream>
@@ -90,8 +94,9 @@ class libaio_backend {
              const timespec* timeout) noexcept {
         if (max > events_capacity) max = events_capacity;
         if (min > max) min = max;
-        const std::size_t ready = take_ready(out, max);
-        if (ring_ != nullptr && ready >= min) return static_cast<int>(ready);
+        completion_ring* const ring = user_ring();
+        const std::size_t ready = take_ready(ring, out, max);
+        if (ring != nullptr && ready >= min) return static_cast<int>(ready);
         io_event events[events_capacity];
         timespec wait{};
         if (timeout != nullptr) wait = *timeout;
@@ -105,9 +110,9 @@ class libaio_backend {
     }
 
     /// True when completions are read from the kernel's ring in user space (the kernel maps it
-    /// at the context's address with a known layout, and the program does not run under
-    /// valgrind); otherwise every reap is io_getevents.
-    [[nodiscard]] bool reaps_in_user_space() const noexcept { return ring_ != nullptr; }
+    /// at the context's address with a known layout, the program does not run under valgrind,
+    /// and this is the process that created the backend); otherwise every reap is io_getevents.
+    [[nodiscard]] bool reaps_in_user_space() const noexcept { return user_ring() != nullptr; }
 
     /// The queue depth the context was created for.
     [[nodiscard]] unsigned queue_depth() const noexcept {
@@ -163,24 +168,51 @@ class libaio_backend {
     // only writes `head` from io_getevents, which that same thread calls, so a plain store of
     // the new head after the copies is enough; the acquire load of `tail` orders the reads of
     // the events after the kernel's writes of them.
-    std::size_t take_ready(io_completion* out, std::size_t max) noexcept {
-        if (ring_ == nullptr || max == 0) return 0;
-        const unsigned slots = ring_->nr;
-        unsigned head = __atomic_load_n(&ring_->head, __ATOMIC_RELAXED);
-        const unsigned tail = __atomic_load_n(&ring_->tail, __ATOMIC_ACQUIRE);
+    static std::size_t take_ready(completion_ring* ring, io_completion* out,
+                                  std::size_t max) noexcept {
+        if (ring == nullptr || max == 0) return 0;
+        const unsigned slots = ring->nr;
+        unsigned head = __atomic_load_n(&ring->head, __ATOMIC_RELAXED);
+        const unsigned tail = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
         if (head >= slots || tail >= slots) return 0;  // not a state the kernel leaves: ask it
-        const auto* events = reinterpret_cast<const io_event*>(ring_ + 1);
+        const auto* events = reinterpret_cast<const io_event*>(ring + 1);
         std::size_t got = 0;
         while (head != tail && got < max) {
             out[got++] = to_completion(events[head]);
             head = head + 1 == slots ? 0 : head + 1;
         }
-        if (got > 0) __atomic_store_n(&ring_->head, head, __ATOMIC_RELEASE);
+        if (got > 0) __atomic_store_n(&ring->head, head, __ATOMIC_RELEASE);
         return got;
+    }
+
+    // A child made by fork shares the parent's mapping of the ring but not its kernel context:
+    // reading the ring there would take the parent's completions. So only the creating process
+    // reads it; elsewhere io_getevents answers (EINVAL in a child). The process id is cached and
+    // refreshed in the child by a pthread_atfork handler, as glibc's getpid() is a system call.
+    completion_ring* user_ring() const noexcept {
+        return ring_ != nullptr && creator_ == process_id() ? ring_ : nullptr;
+    }
+
+    static std::atomic<pid_t>& cached_process_id() noexcept {
+        static std::atomic<pid_t> pid{0};
+        return pid;
+    }
+    static void refresh_process_id() noexcept {
+        cached_process_id().store(::getpid(), std::memory_order_relaxed);
+    }
+    static pid_t process_id() noexcept {
+        static const bool registered = [] {
+            refresh_process_id();
+            ::pthread_atfork(nullptr, nullptr, &refresh_process_id);
+            return true;
+        }();
+        (void)registered;
+        return cached_process_id().load(std::memory_order_relaxed);
     }
 
     io_context_t context_ = nullptr;
     completion_ring* ring_ = nullptr;
+    pid_t creator_ = process_id();
     // The kernel copies an iocb during io_submit, so these are scratch reused by every call.
     std::vector<iocb> iocbs_;
     std::vector<iocb*> iocb_pointers_;

@@ -19,7 +19,9 @@
 #endif
 #endif
 
+#include <sys/types.h>
 #include <algorithm>
+
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +33,7 @@
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/backend/request.hpp"
+#include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 
@@ -135,8 +138,10 @@ class io_uring_backend {
     ~io_uring_backend() { ::io_uring_queue_exit(&ring_); }
 
     /// Queues up to `count` requests (at most the free queue depth) and hands them to the kernel;
-    /// returns how many were queued, or -errno when none could be.
+    /// returns how many were queued, or -errno when none could be (-EINVAL in a child after
+    /// fork: the rings it shares with its parent are the parent's).
     int submit(const io_request* requests, std::size_t count) noexcept {
+        if (creator_ != detail::this_process_id()) return -EINVAL;
         std::size_t queued = 0;
         for (; queued < count; ++queued) {
             io_uring_sqe* sqe = ::io_uring_get_sqe(&ring_);
@@ -149,9 +154,11 @@ class io_uring_backend {
         return rc < 0 ? rc : -EAGAIN;
     }
 
-    /// Waits for between `min` and `max` completions; returns how many were stored, or -errno.
+    /// Waits for between `min` and `max` completions; returns how many were stored, or -errno
+    /// (-EINVAL in a child after fork, which must not take its parent's completions).
     int reap(io_completion* out, std::size_t min, std::size_t max,
              const timespec* timeout) noexcept {
+        if (creator_ != detail::this_process_id()) return -EINVAL;
         if (min > max) min = max;
         std::size_t got = take(out, max);
         if (got >= min) return static_cast<int>(got);
@@ -179,6 +186,7 @@ class io_uring_backend {
     /// empty, or when one is empty or larger than 1 GiB (the kernel's limit); io_error when the
     /// kernel refuses (ENOMEM: pinning them would pass RLIMIT_MEMLOCK).
     void register_buffers(std::vector<aligned_buffer>&& buffers) {
+        refuse_in_child("register_buffers");
         if (!buffers_.empty())
             detail::throw_invalid("register_buffers: buffers are already registered");
         if (buffers.empty()) detail::throw_invalid("register_buffers: no buffers given");
@@ -230,6 +238,7 @@ class io_uring_backend {
     /// registered). Throws io_error (EBUSY) while requests are in flight: the kernel may still
     /// be moving bytes into them.
     std::vector<aligned_buffer> unregister_buffers() {
+        refuse_in_child("unregister_buffers");
         if (buffers_.empty()) return {};
         refuse_while_in_flight("io_uring_unregister_buffers");
         const int rc = ::io_uring_unregister_buffers(&ring_);
@@ -245,6 +254,7 @@ class io_uring_backend {
     /// already registered, when `files` is empty or one is not open; io_error when the kernel
     /// refuses.
     void register_files(std::vector<file>&& files) {
+        refuse_in_child("register_files");
         if (!files_.empty()) detail::throw_invalid("register_files: files are already registered");
         if (files.empty()) detail::throw_invalid("register_files: no files given");
         std::vector<int> descriptors;
@@ -286,6 +296,7 @@ class io_uring_backend {
     /// Unregisters the files and gives them back, still open, in registration order (empty
     /// when none were registered). Throws io_error (EBUSY) while requests are in flight.
     std::vector<file> unregister_files() {
+        refuse_in_child("unregister_files");
         if (files_.empty()) return {};
         refuse_while_in_flight("io_uring_unregister_files");
         const int rc = ::io_uring_unregister_files(&ring_);
@@ -350,6 +361,17 @@ class io_uring_backend {
         return static_cast<int>(r.index);
     }
 
+    // After fork the child shares the parent's rings: changing their registrations there would
+    // change the parent's.
+    void refuse_in_child(const char* operation) const {
+        if (creator_ == detail::this_process_id()) return;
+        throw io_error({detail::errno_code(EINVAL),
+                        std::string(operation) +
+                            " in a child after fork (the io_uring belongs to the parent; create a "
+                            "new context in the child)",
+                        "", 0, 0});
+    }
+
     void refuse_while_in_flight(const char* operation) const {
         if (in_flight_ == 0) return;
         throw io_error({detail::errno_code(EBUSY),
@@ -382,6 +404,7 @@ class io_uring_backend {
 
     io_uring ring_{};
     unsigned queue_depth_;
+    pid_t creator_ = detail::this_process_id();
     std::size_t in_flight_ = 0;  // accepted by submit, not reaped yet
     // Members die after the destructor body has torn the ring down, so the kernel lets go of
     // these before they are freed or closed.

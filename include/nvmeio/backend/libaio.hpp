@@ -6,11 +6,8 @@
 /// since 0.3.110 (io_pgetevents is not, e.g. 0.3.111 on RHEL 9).
 
 #include <libaio.h>
-#include <pthread.h>
 #include <sys/types.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <fstream>
@@ -18,6 +15,7 @@
 #include <vector>
 
 #include "nvmeio/backend/request.hpp"
+#include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
 
 // Under valgrind memcheck, only its io_getevents wrapper tells it that the kernel wrote the
@@ -187,32 +185,14 @@ class libaio_backend {
 
     // A child made by fork shares the parent's mapping of the ring but not its kernel context:
     // reading the ring there would take the parent's completions. So only the creating process
-    // reads it; elsewhere io_getevents answers (EINVAL in a child). The process id is cached and
-    // refreshed in the child by a pthread_atfork handler, as glibc's getpid() is a system call.
+    // reads it; elsewhere io_getevents answers (EINVAL in a child).
     completion_ring* user_ring() const noexcept {
-        return ring_ != nullptr && creator_ == process_id() ? ring_ : nullptr;
-    }
-
-    static std::atomic<pid_t>& cached_process_id() noexcept {
-        static std::atomic<pid_t> pid{0};
-        return pid;
-    }
-    static void refresh_process_id() noexcept {
-        cached_process_id().store(::getpid(), std::memory_order_relaxed);
-    }
-    static pid_t process_id() noexcept {
-        static const bool registered = [] {
-            refresh_process_id();
-            ::pthread_atfork(nullptr, nullptr, &refresh_process_id);
-            return true;
-        }();
-        (void)registered;
-        return cached_process_id().load(std::memory_order_relaxed);
+        return ring_ != nullptr && creator_ == detail::this_process_id() ? ring_ : nullptr;
     }
 
     io_context_t context_ = nullptr;
     completion_ring* ring_ = nullptr;
-    pid_t creator_ = process_id();
+    pid_t creator_ = detail::this_process_id();
     // The kernel copies an iocb during io_submit, so these are scratch reused by every call.
     std::vector<iocb> iocbs_;
     std::vector<iocb*> iocb_pointers_;

@@ -181,6 +181,32 @@ BOOST_AUTO_TEST_CASE(
     }
 }
 
+BOOST_AUTO_TEST_CASE(a_difference_is_found_at_every_stride_boundary_of_mid_sized_buffers) {
+    // Lengths around 32-192 KiB (where AVX-512 builds first skip the equal prefix with 32-byte
+    // registers) and just outside: a single difference at 128-byte stride boundaries all along.
+    constexpr std::size_t max_size = (std::size_t{192} << 10) + 1;
+    compare_cases::buffer_pair buffers(max_size, 8);
+    for (const std::size_t n :
+         {std::size_t{32} << 10, (std::size_t{32} << 10) - 1, (std::size_t{64} << 10) + 37,
+          (std::size_t{192} << 10) - 1, std::size_t{192} << 10, max_size}) {
+        const std::size_t a_offset = n % 64;
+        const std::size_t b_offset = (n * 7 + 3) % 64;
+        buffers.reset(a_offset, b_offset);
+        if (!compare_cases::check(buffers.a(a_offset), buffers.b(b_offset), n)) return;
+        std::vector<std::size_t> positions = {0, 1, n / 2, n - 2, n - 1};
+        for (std::size_t edge = 128; edge < n; edge += 128 * 61) {
+            positions.push_back(edge - 1);
+            positions.push_back(edge);
+        }
+        for (const std::size_t position : positions) {
+            std::uint8_t* b = buffers.b(b_offset);
+            b[position] ^= compare_cases::flips[position % 4];
+            if (!compare_cases::check(buffers.a(a_offset), b, n)) return;
+            b[position] ^= compare_cases::flips[position % 4];
+        }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(count_mismatches_counts_several_scattered_differences) {
     constexpr std::size_t max_size = 100000;
     compare_cases::buffer_pair buffers(max_size, 5);

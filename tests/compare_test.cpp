@@ -20,6 +20,15 @@ BOOST_AUTO_TEST_CASE(simd_path_is_enabled_when_xsimd_is_available) {
 BOOST_AUTO_TEST_CASE(wide_registers_use_the_simd_kernels_directly) {
     BOOST_TEST(!nvmeio::detail::prefer_memcmp);
 }
+
+// With 64-byte registers, mid-sized lengths skip their equal prefix with 32-byte ones first.
+BOOST_AUTO_TEST_CASE(avx512_builds_use_half_width_registers_for_mid_sized_lengths) {
+    namespace simd = nvmeio::detail::simd;
+    const bool avx512 = simd::byte_lanes == 64;
+    BOOST_TEST(simd::uses_narrow(std::size_t{64} << 10) == avx512);
+    BOOST_TEST(!simd::uses_narrow(std::size_t{16} << 10));
+    BOOST_TEST(!simd::uses_narrow(std::size_t{1} << 20));
+}
 #else
 // Baseline builds (16-byte registers) let memcmp find equal stretches first.
 BOOST_AUTO_TEST_CASE(narrow_registers_let_memcmp_skip_equal_chunks) {

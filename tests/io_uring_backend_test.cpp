@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -15,6 +16,7 @@
 #include <nvmeio/backend/io_uring.hpp>
 #include <nvmeio/file.hpp>
 #include <string>
+#include <vector>
 
 #include "backend_support.hpp"
 #include "test_support.hpp"
@@ -138,6 +140,54 @@ BOOST_AUTO_TEST_CASE(requests_complete_with_their_user_data_and_byte_counts) {
     }
     BOOST_TEST(seen == 0xFu);
     BOOST_TEST(std::memcmp(target.data(), bytes.data(), size) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_child_after_fork_cannot_touch_the_parents_ring) {
+    // The child shares the rings' mappings: reaping there would take the parent's completion,
+    // submitting or unregistering would act on the parent's ring.
+    if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
+    nvmeio_test::temp_path path("uring_fork");
+    const std::size_t size = 4096;
+    const auto bytes = nvmeio_test::pattern(size, 4);
+    nvmeio_test::spew(path.str(), bytes.data(), size);
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(size);
+    io_uring_backend backend(2);
+    std::vector<aligned_buffer> buffers;
+    buffers.emplace_back(size);
+    backend.register_buffers(std::move(buffers));
+    const io_request request{in.native_handle(), operation::read, target.data(), size, 0, 6};
+    BOOST_TEST_REQUIRE(backend.submit(&request, 1) == 1);
+    const timespec settle{0, 200'000'000};  // let the read complete into the ring
+    ::nanosleep(&settle, nullptr);
+    const pid_t child = ::fork();
+    BOOST_TEST_REQUIRE(child >= 0);
+    if (child == 0) {
+        io_completion stolen[2];
+        if (backend.reap(stolen, 0, 2, nullptr) != -EINVAL) ::_exit(1);
+        if (backend.submit(&request, 1) != -EINVAL) ::_exit(2);
+        try {
+            (void)backend.unregister_buffers();
+            ::_exit(3);
+        } catch (const io_error& e) {
+            if (e.code().value() != EINVAL) ::_exit(4);
+        }
+        ::_exit(0);
+    }
+    int status = 0;
+    BOOST_TEST_REQUIRE(::waitpid(child, &status, 0) == child);
+    BOOST_TEST_REQUIRE(WIFEXITED(status));
+    BOOST_TEST(WEXITSTATUS(status) == 0, "child check " << WEXITSTATUS(status) << " failed");
+    io_completion done{};
+    const timespec wait{5, 0};
+    int rc;
+    do {
+        rc = backend.reap(&done, 1, 1, &wait);
+    } while (rc == -EINTR);
+    BOOST_TEST_REQUIRE(rc == 1, "the parent's completion is gone");
+    BOOST_TEST(done.user_data == 6u);
+    BOOST_TEST(std::memcmp(target.data(), bytes.data(), size) == 0);
+    BOOST_TEST(backend.unregister_buffers().size() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(reap_with_a_timeout_and_nothing_in_flight_returns_zero) {

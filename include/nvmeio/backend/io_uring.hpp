@@ -19,14 +19,23 @@
 #endif
 #endif
 
+#include <sys/types.h>
+#include <algorithm>
+
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <fstream>
 #include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
 
+#include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/backend/request.hpp"
+#include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
+#include "nvmeio/file.hpp"
 
 #if NVMEIO_HAS_IO_URING
 #include <liburing.h>
@@ -72,6 +81,18 @@ inline std::string describe_io_uring_setup_failure(int error_number, unsigned qu
 
 }  // namespace detail
 
+/// Where a buffer registered with an io_uring_backend lives; the backend owns the memory.
+struct registered_buffer {
+    std::byte* data = nullptr;  ///< First byte (aligned as the aligned_buffer was).
+    std::size_t size = 0;       ///< The aligned_buffer's size().
+};
+
+/// How many requests an io_uring_backend prepared with registered buffers and files.
+struct registration_use {
+    std::uint64_t fixed_buffer_requests = 0;  ///< READ_FIXED / WRITE_FIXED.
+    std::uint64_t fixed_file_requests = 0;    ///< IOSQE_FIXED_FILE.
+};
+
 #if NVMEIO_HAS_IO_URING
 
 /// io_uring. One ring per instance; not thread-safe (one per thread, like libaio_backend).
@@ -84,6 +105,14 @@ inline std::string describe_io_uring_setup_failure(int error_number, unsigned qu
 /// kernel cannot finish inline goes to the thread's io-wq workers; when a worker cannot be started
 /// (a signal pending during the clone, RLIMIT_NPROC, pids.max) the request completes with
 /// -ECANCELED, which the engine resubmits: nvmeio never cancels a request itself.
+///
+/// Registered buffers and files: `register_buffers` and `register_files` hand aligned_buffers
+/// and files to the backend, which keeps them (so none can be freed or closed while the kernel
+/// holds it) until `unregister_buffers` / `unregister_files` give them back. The kernel then
+/// pins the buffers' pages once instead of per request and skips the descriptor lookup: any
+/// request whose memory lies inside a registered buffer becomes READ_FIXED/WRITE_FIXED, and any
+/// request on a registered file's descriptor uses IOSQE_FIXED_FILE. Nothing else changes for
+/// callers: transfers through the context find them by address and descriptor.
 class io_uring_backend {
   public:
     /// The backend's name in reports.
@@ -124,32 +153,27 @@ class io_uring_backend {
     ~io_uring_backend() { ::io_uring_queue_exit(&ring_); }
 
     /// Queues up to `count` requests (at most the free queue depth) and hands them to the kernel;
-    /// returns how many were queued, or -errno when none could be.
+    /// returns how many were queued, or -errno when none could be (-EINVAL in a child after
+    /// fork: the rings it shares with its parent are the parent's).
     int submit(const io_request* requests, std::size_t count) noexcept {
+        if (creator_ != detail::this_process_id()) return -EINVAL;
         std::size_t queued = 0;
         for (; queued < count; ++queued) {
             io_uring_sqe* sqe = ::io_uring_get_sqe(&ring_);
             if (sqe == nullptr) break;  // the submission ring is full
-            const io_request& r = requests[queued];
-            // An SQE holds a 32-bit length; a shorter transfer is a short result the caller
-            // already continues from.
-            const auto length =
-                static_cast<unsigned>(r.length < max_length ? r.length : max_length);
-            if (r.op == operation::read) {
-                ::io_uring_prep_read(sqe, r.fd, r.buffer, length, r.offset);
-            } else {
-                ::io_uring_prep_write(sqe, r.fd, r.buffer, length, r.offset);
-            }
-            ::io_uring_sqe_set_data64(sqe, r.user_data);
+            prepare(sqe, requests[queued]);
         }
         const int rc = ::io_uring_submit(&ring_);
+        in_flight_ += queued;
         if (queued > 0) return static_cast<int>(queued);  // in the ring now, whatever rc says
         return rc < 0 ? rc : -EAGAIN;
     }
 
-    /// Waits for between `min` and `max` completions; returns how many were stored, or -errno.
+    /// Waits for between `min` and `max` completions; returns how many were stored, or -errno
+    /// (-EINVAL in a child after fork, which must not take its parent's completions).
     int reap(io_completion* out, std::size_t min, std::size_t max,
              const timespec* timeout) noexcept {
+        if (creator_ != detail::this_process_id()) return -EINVAL;
         if (min > max) min = max;
         std::size_t got = take(out, max);
         if (got >= min) return static_cast<int>(got);
@@ -184,7 +208,207 @@ class io_uring_backend {
         return limit;
     }
 
+///
+    /// Registers `buffers` with the kernel and keeps them until unregister_buffers(); on success
+    /// `buffers` is left empty, on failure untouched. Use registered_buffer(i) to reach them.
+    /// Throws std::invalid_argument when buffers are already registered, when `buffers` is
+    /// empty, or when one is empty or larger than 1 GiB (the kernel's limit); io_error when the
+    /// kernel refuses (ENOMEM: pinning them would pass RLIMIT_MEMLOCK).
+    void register_buffers(std::vector<aligned_buffer>&& buffers) {
+        refuse_in_child("register_buffers");
+        if (!buffers_.empty())
+            detail::throw_invalid("register_buffers: buffers are already registered");
+        if (buffers.empty()) detail::throw_invalid("register_buffers: no buffers given");
+        std::vector<iovec> vectors;
+        vectors.reserve(buffers.size());
+        for (std::size_t i = 0; i < buffers.size(); ++i) {
+            const aligned_buffer& b = buffers[i];
+            if (b.capacity() == 0 || b.capacity() > max_length) {
+                detail::throw_invalid("register_buffers: buffer " + std::to_string(i) + " has " +
+                                      std::to_string(b.capacity()) +
+                                      " bytes; each must hold 1 byte to 1 GiB");
+            }
+            vectors.push_back({const_cast<std::byte*>(b.data()), b.capacity()});
+        }
+        const int rc = ::io_uring_register_buffers(&ring_, vectors.data(),
+                                                   static_cast<unsigned>(vectors.size()));
+        if (rc < 0) {
+            std::string what =
+                "io_uring_register_buffers (" + std::to_string(buffers.size()) + " buffers)";
+            if (rc == -ENOMEM)
+                what += " (pinning them would pass RLIMIT_MEMLOCK; raise it or register less)";
+            throw io_error({detail::errno_code(-rc), what, "", 0, 0});
+        }
+        buffers_ = std::move(buffers);
+        buffers.clear();
+        regions_.clear();
+        for (std::size_t i = 0; i < buffers_.size(); ++i) {
+            const auto begin = reinterpret_cast<std::uintptr_t>(buffers_[i].data());
+            regions_.push_back({begin, begin + buffers_[i].capacity(), static_cast<unsigned>(i)});
+        }
+        std::sort(regions_.begin(), regions_.end(),
+                  [](const region& a, const region& b) { return a.begin < b.begin; });
+    }
+
+    /// Number of registered buffers (0 when none are).
+    [[nodiscard]] std::size_t registered_buffer_count() const noexcept { return buffers_.size(); }
+
+    /// Where registered buffer `index` is (in registration order). Throws std::invalid_argument
+    /// for an index past the registered ones.
+    [[nodiscard]] registered_buffer registered_buffer_at(std::size_t index) {
+        if (index >= buffers_.size()) {
+            detail::throw_invalid("registered_buffer_at(" + std::to_string(index) + "): " +
+                                  std::to_string(buffers_.size()) + " buffers are registered");
+        }
+        return {buffers_[index].data(), buffers_[index].size()};
+    }
+
+    /// Unregisters the buffers and gives them back, in registration order (empty when none were
+    /// registered). Throws io_error (EBUSY) while requests are in flight: the kernel may still
+    /// be moving bytes into them.
+    std::vector<aligned_buffer> unregister_buffers() {
+        refuse_in_child("unregister_buffers");
+        if (buffers_.empty()) return {};
+        refuse_while_in_flight("io_uring_unregister_buffers");
+        const int rc = ::io_uring_unregister_buffers(&ring_);
+        if (rc < 0)
+            throw io_error({detail::errno_code(-rc), "io_uring_unregister_buffers", "", 0, 0});
+        regions_.clear();
+        return std::exchange(buffers_, {});
+    }
+
+    /// Registers the descriptors of `files` with the kernel and keeps the files (open) until
+    /// unregister_files(); on success `files` is left empty, on failure untouched. Transfer
+    /// through them with registered_file(i). Throws std::invalid_argument when files are
+    /// already registered, when `files` is empty or one is not open; io_error when the kernel
+    /// refuses.
+    void register_files(std::vector<file>&& files) {
+        refuse_in_child("register_files");
+        if (!files_.empty()) detail::throw_invalid("register_files: files are already registered");
+        if (files.empty()) detail::throw_invalid("register_files: no files given");
+        std::vector<int> descriptors;
+        descriptors.reserve(files.size());
+        for (std::size_t i = 0; i < files.size(); ++i) {
+            if (!files[i].is_open()) {
+                detail::throw_invalid("register_files: file " + std::to_string(i) + " (" +
+                                      files[i].path() + ") is not open");
+            }
+            descriptors.push_back(files[i].native_handle());
+        }
+        const int rc = ::io_uring_register_files(&ring_, descriptors.data(),
+                                                 static_cast<unsigned>(descriptors.size()));
+        if (rc < 0) {
+            throw io_error({detail::errno_code(-rc),
+                            "io_uring_register_files (" + std::to_string(files.size()) + " files)",
+                            files.front().path(), 0, 0});
+        }
+        files_ = std::move(files);
+        files.clear();
+        descriptors_ = std::move(descriptors);
+    }
+
+    /// Number of registered files (0 when none are).
+    [[nodiscard]] std::size_t registered_file_count() const noexcept { return files_.size(); }
+
+    /// Registered file `index` (in registration order), to transfer through. The backend owns
+    /// it: do not close it or assign to it (a request on a descriptor other than the one
+    /// registered never uses the registration). Throws std::invalid_argument for an index past
+    /// the registered ones.
+    [[nodiscard]] file& registered_file(std::size_t index) {
+        if (index >= files_.size()) {
+            detail::throw_invalid("registered_file(" + std::to_string(index) +
+                                  "): " + std::to_string(files_.size()) + " files are registered");
+        }
+        return files_[index];
+    }
+
+    /// Unregisters the files and gives them back, still open, in registration order (empty
+    /// when none were registered). Throws io_error (EBUSY) while requests are in flight.
+    std::vector<file> unregister_files() {
+        refuse_in_child("unregister_files");
+        if (files_.empty()) return {};
+        refuse_while_in_flight("io_uring_unregister_files");
+        const int rc = ::io_uring_unregister_files(&ring_);
+        if (rc < 0)
+            throw io_error({detail::errno_code(-rc), "io_uring_unregister_files", "", 0, 0});
+        descriptors_.clear();
+        return std::exchange(files_, {});
+    }
+
+    /// How many requests used the registrations so far.
+    [[nodiscard]] const registration_use& registered_use() const noexcept { return use_; }
+
   private:
+    // A registered buffer's address range and its index in the kernel's table.
+    struct region {
+        std::uintptr_t begin;
+        std::uintptr_t end;
+        unsigned index;
+    };
+
+    // Fills `sqe` for `r`, with the registered buffer and file where `r` lies in one.
+    void prepare(io_uring_sqe* sqe, const io_request& r) noexcept {
+        // An SQE holds a 32-bit length; a shorter transfer is a short result the caller
+        // already continues from.
+        const auto length = static_cast<unsigned>(r.length < max_length ? r.length : max_length);
+        const int buffer_index = registered_index(r.buffer, length);
+        if (buffer_index >= 0) {
+            if (r.op == operation::read) {
+                ::io_uring_prep_read_fixed(sqe, r.fd, r.buffer, length, r.offset, buffer_index);
+            } else {
+                ::io_uring_prep_write_fixed(sqe, r.fd, r.buffer, length, r.offset, buffer_index);
+            }
+            ++use_.fixed_buffer_requests;
+        } else if (r.op == operation::read) {
+            ::io_uring_prep_read(sqe, r.fd, r.buffer, length, r.offset);
+        } else {
+            ::io_uring_prep_write(sqe, r.fd, r.buffer, length, r.offset);
+        }
+        for (std::size_t i = 0; i < descriptors_.size(); ++i) {
+            // The file's current descriptor must still be the registered one: a registered file
+            // closed through registered_file() matches nothing, whatever number reuses its fd.
+            if (descriptors_[i] == r.fd && files_[i].native_handle() == r.fd) {
+                sqe->fd = static_cast<int>(i);
+                sqe->flags |= IOSQE_FIXED_FILE;
+                ++use_.fixed_file_requests;
+                break;
+            }
+        }
+        ::io_uring_sqe_set_data64(sqe, r.user_data);
+    }
+
+    // Index of the registered buffer holding [buffer, buffer + length), or -1.
+    int registered_index(const void* buffer, std::size_t length) const noexcept {
+        if (regions_.empty()) return -1;
+        const auto begin = reinterpret_cast<std::uintptr_t>(buffer);
+        auto after = std::upper_bound(
+            regions_.begin(), regions_.end(), begin,
+            [](std::uintptr_t address, const region& r) { return address < r.begin; });
+        if (after == regions_.begin()) return -1;
+        const region& r = *(after - 1);
+        if (begin >= r.end || length > r.end - begin) return -1;
+        return static_cast<int>(r.index);
+    }
+
+    // After fork the child shares the parent's rings: changing their registrations there would
+    // change the parent's.
+    void refuse_in_child(const char* operation) const {
+        if (creator_ == detail::this_process_id()) return;
+        throw io_error({detail::errno_code(EINVAL),
+                        std::string(operation) +
+                            " in a child after fork (the io_uring belongs to the parent; create a "
+                            "new context in the child)",
+                        "", 0, 0});
+    }
+
+    void refuse_while_in_flight(const char* operation) const {
+        if (in_flight_ == 0) return;
+        throw io_error({detail::errno_code(EBUSY),
+                        std::string(operation) + " with " + std::to_string(in_flight_) +
+                            " requests in flight (reap them first)",
+                        "", 0, 0});
+    }
+
     // Moves up to `max` ready completions into `out` without waiting.
     std::size_t take(io_completion* out, std::size_t max) noexcept {
         std::size_t got = 0;
@@ -199,6 +423,7 @@ class io_uring_backend {
             }
             ::io_uring_cq_advance(&ring_, ready);
             got += ready;
+            in_flight_ -= ready;
             if (ready < want) break;
         }
         return got;
@@ -208,6 +433,15 @@ class io_uring_backend {
 
     io_uring ring_{};
     unsigned queue_depth_;
+    pid_t creator_ = detail::this_process_id();
+    std::size_t in_flight_ = 0;  // accepted by submit, not reaped yet
+    // Members die after the destructor body has torn the ring down, so the kernel lets go of
+    // these before they are freed or closed.
+    std::vector<aligned_buffer> buffers_;
+    std::vector<region> regions_;  // buffers_' address ranges, sorted by address
+    std::vector<file> files_;
+    std::vector<int> descriptors_;  // files_' descriptors as registered
+    registration_use use_;
 };
 
 /// True when the kernel lets this process create an io_uring; otherwise `why` holds the

@@ -6,6 +6,7 @@
 /// since 0.3.110 (io_pgetevents is not, e.g. 0.3.111 on RHEL 9).
 
 #include <libaio.h>
+#include <sys/types.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -14,7 +15,17 @@
 #include <vector>
 
 #include "nvmeio/backend/request.hpp"
+#include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
+
+// Under valgrind memcheck, only its io_getevents wrapper tells it that the kernel wrote the
+// bytes of a read; reaping from the ring in user space would leave them "uninitialised".
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define NVMEIO_DETAIL_RUNNING_ON_VALGRIND() (RUNNING_ON_VALGRIND != 0)
+#else
+#define NVMEIO_DETAIL_RUNNING_ON_VALGRIND() false
+#endif
 
 namespace nvmeio {
 
@@ -47,6 +58,7 @@ class libaio_backend {
             }
             throw io_error({detail::errno_code(-rc), operation, "", 0, 0});
         }
+        if (!NVMEIO_DETAIL_RUNNING_ON_VALGRIND()) ring_ = known_ring();
     }
 
     libaio_backend(const libaio_backend&) = delete;
@@ -74,22 +86,31 @@ class libaio_backend {
     }
 
     /// Waits for between `min` and `max` completions; returns how many were stored, or -errno.
+    /// Completions already in the kernel's completion ring are taken without a system call;
+    /// io_getevents is called only to wait for the rest.
     int reap(io_completion* out, std::size_t min, std::size_t max,
              const timespec* timeout) noexcept {
         if (max > events_capacity) max = events_capacity;
         if (min > max) min = max;
+        completion_ring* const ring = user_ring();
+        const std::size_t ready = take_ready(ring, out, max);
+        if (ring != nullptr && ready >= min) return static_cast<int>(ready);
         io_event events[events_capacity];
         timespec wait{};
         if (timeout != nullptr) wait = *timeout;
-        const int got = ::io_getevents(context_, static_cast<long>(min), static_cast<long>(max),
-                                       events, timeout != nullptr ? &wait : nullptr);
-        for (int i = 0; i < got; ++i) {
-            out[i].user_data =
-                static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(events[i].data));
-            out[i].result = static_cast<std::int64_t>(static_cast<long>(events[i].res));
-        }
-        return got;
+        const int got =
+            ::io_getevents(context_, static_cast<long>(min - ready), static_cast<long>(max - ready),
+                           events, timeout != nullptr ? &wait : nullptr);
+        if (got < 0) return ready > 0 ? static_cast<int>(ready) : got;
+        for (int i = 0; i < got; ++i)
+            out[ready + static_cast<std::size_t>(i)] = to_completion(events[i]);
+        return static_cast<int>(ready) + got;
     }
+
+    /// True when completions are read from the kernel's ring in user space (the kernel maps it
+    /// at the context's address with a known layout, the program does not run under valgrind,
+    /// and this is the process that created the backend); otherwise every reap is io_getevents.
+    [[nodiscard]] bool reaps_in_user_space() const noexcept { return user_ring() != nullptr; }
 
     /// The queue depth the context was created for.
     [[nodiscard]] unsigned queue_depth() const noexcept {
@@ -110,7 +131,68 @@ class libaio_backend {
 
     static constexpr std::size_t events_capacity = 256;  // per reap call; callers loop for more
 
+    // The head of the completion ring the kernel maps at an io_context_t's address (struct
+    // aio_ring in fs/aio.c, stable ABI since Linux 2.6). The io_event array follows the header.
+    struct completion_ring {
+        unsigned id;
+        unsigned nr;    // slots
+        unsigned head;  // next slot to consume: written by the consumer (us, or io_getevents)
+        unsigned tail;  // next slot the kernel fills, published after the event is written
+        unsigned magic;
+        unsigned compat_features;
+        unsigned incompat_features;
+        unsigned header_length;
+    };
+    static constexpr unsigned completion_ring_magic = 0xa10a10a1;
+
+    static io_completion to_completion(const io_event& event) noexcept {
+        return {static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(event.data)),
+                static_cast<std::int64_t>(static_cast<long>(event.res))};
+    }
+
+    // The ring when its layout is the one we know, else nullptr (then io_getevents does it all).
+    completion_ring* known_ring() const noexcept {
+        auto* ring = reinterpret_cast<completion_ring*>(context_);
+        if (ring == nullptr || ring->magic != completion_ring_magic ||
+            ring->incompat_features != 0 || ring->header_length != sizeof(completion_ring) ||
+            ring->nr == 0) {
+            return nullptr;
+        }
+        return ring;
+    }
+
+    // Moves up to `max` completions that are already in the ring into `out`, without a system
+    // call. Only one thread reaps a context (the backend is not thread-safe), and the kernel
+    // only writes `head` from io_getevents, which that same thread calls, so a plain store of
+    // the new head after the copies is enough; the acquire load of `tail` orders the reads of
+    // the events after the kernel's writes of them.
+    static std::size_t take_ready(completion_ring* ring, io_completion* out,
+                                  std::size_t max) noexcept {
+        if (ring == nullptr || max == 0) return 0;
+        const unsigned slots = ring->nr;
+        unsigned head = __atomic_load_n(&ring->head, __ATOMIC_RELAXED);
+        const unsigned tail = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
+        if (head >= slots || tail >= slots) return 0;  // not a state the kernel leaves: ask it
+        const auto* events = reinterpret_cast<const io_event*>(ring + 1);
+        std::size_t got = 0;
+        while (head != tail && got < max) {
+            out[got++] = to_completion(events[head]);
+            head = head + 1 == slots ? 0 : head + 1;
+        }
+        if (got > 0) __atomic_store_n(&ring->head, head, __ATOMIC_RELEASE);
+        return got;
+    }
+
+    // A child made by fork shares the parent's mapping of the ring but not its kernel context:
+    // reading the ring there would take the parent's completions. So only the creating process
+    // reads it; elsewhere io_getevents answers (EINVAL in a child).
+    completion_ring* user_ring() const noexcept {
+        return ring_ != nullptr && creator_ == detail::this_process_id() ? ring_ : nullptr;
+    }
+
     io_context_t context_ = nullptr;
+    completion_ring* ring_ = nullptr;
+    pid_t creator_ = detail::this_process_id();
     // The kernel copies an iocb during io_submit, so these are scratch reused by every call.
     std::vector<iocb> iocbs_;
     std::vector<iocb*> iocb_pointers_;

@@ -134,6 +134,25 @@ inline constexpr std::size_t byte_lanes = byte_batch::size;
     return reduce_add(w);
 }
 
+#if XSIMD_WITH_AVX512BW
+/// 1 when the build has 32-byte registers beside its 64-byte ones (AVX-512 implies AVX2).
+#define NVMEIO_DETAIL_SIMD_HAS_NARROW 1
+/// Half-width registers, for data streamed from L2 where they are faster (see compare_simd.hpp).
+using narrow_batch = xsimd::batch<std::uint8_t, xsimd::avx2>;
+
+/// Loads narrow_batch::size bytes from `p`; `p` needs no alignment.
+[[nodiscard]] inline narrow_batch load_narrow(const std::uint8_t* p) noexcept {
+    return narrow_batch::load_unaligned(p);
+}
+
+/// True when any byte of `b` is non-zero (one vptest).
+[[nodiscard]] inline bool nonzero(const narrow_batch& b) noexcept {
+    return _mm256_testz_si256(b, b) == 0;
+}
+#else
+#define NVMEIO_DETAIL_SIMD_HAS_NARROW 0
+#endif
+
 /// Index of the lowest set lane of `m`. Precondition: any(m).
 [[nodiscard]] inline std::size_t first_set(const byte_mask& m) noexcept {
 #if XSIMD_VERSION_MAJOR >= 9

@@ -8,10 +8,14 @@
 //  - async: each layer's blocks gathered into a staging buffer and moved by one async transfer
 //    that overlaps the next layer's compute step (dump) or is prefetched during the previous
 //    one (reload).
-// After every dump the file is checked byte for byte; the pool is wiped before every reload
+// The file is truncated and allocated before every dump (untimed, as a store preallocates its
+// offload space) and checked byte for byte after it; the pool is wiped before every reload
 // and every block checked after it. Exit 0 when every byte was right, 1 otherwise, 2 for a bad
 // command line or an I/O error.
 
+#include <fcntl.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <iostream>
@@ -261,6 +265,19 @@ std::string check_pool(kv_cache& cache, const plan& p) {
     return {};
 }
 
+// An empty file of the cache's size (allocated, reading as zeros), as an offload store keeps:
+// every method then overwrites allocated space, and a block a dump misses reads back as zeros.
+nvmeio::file fresh_file(const plan& p) {
+    nvmeio::file f(p.path, nvmeio::open_mode::write, p.flags.direct);  // truncates
+    const int error = ::posix_fallocate(f.native_handle(), 0, static_cast<off_t>(p.total_bytes()));
+    if (error != 0 && error != EOPNOTSUPP && error != EINVAL) {
+        throw nvmeio::io_error({std::error_code(error, std::generic_category()),
+                                "fallocate (preparing the offload file)", p.path, 0,
+                                p.total_bytes()});
+    }
+    return f;
+}
+
 struct results {
     std::vector<example::method_samples> dump, reload;
     std::vector<std::vector<double>> dump_exposed, reload_exposed;  // wall minus compute
@@ -275,7 +292,7 @@ bool run_method(engines<Backend>& e, kv_cache& cache, const plan& p, std::size_t
     temperature.before_run();
     double wall = example::now_seconds();
     double cpu = support::process_cpu_times().total();
-    nvmeio::file out(p.path, nvmeio::open_mode::write, p.flags.direct);  // truncates
+    nvmeio::file out = fresh_file(p);
     const double dump_compute = dump(e, cache, p, m, out);
     r.dump[index].record(wall, cpu);
     r.dump_exposed[index].push_back(r.dump[index].seconds.back() - dump_compute);

@@ -3,7 +3,7 @@
 /// What the model-file module knows about a model file once parsed: its tensors (name, element
 /// type, shape, absolute byte range), the element-type tables of GGUF (ggml types) and
 /// safetensors (dtypes), and the one error a malformed file gets. Shared by every example that
-/// reads or writes model files (load_model, make_model, make_safetensors) and by
+/// reads or writes model files (load_model, make_model) and by
 /// tests/model_parse_test.
 
 #include <cstdint>

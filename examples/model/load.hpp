@@ -142,35 +142,32 @@ loaded_model load_arena(nvmeio::basic_parallel_context<Backend>& context,
     return out;
 }
 
-/// One nvmeio batch with a destination buffer per tensor; the bytes between tensors (padding,
-/// the header's tail) go to a scratch buffer so that the requests tile the span, as O_DIRECT
-/// needs.
+/// One nvmeio batch with a destination buffer per tensor. Each buffer also takes the padding
+/// after its tensor (as ggml pads its allocations), and the header's tail before the first
+/// tensor goes to a scratch buffer, so that the requests tile the span as O_DIRECT needs; when
+/// the file aligns its tensors to the device (GGUF `general.alignment` 4096), every request
+/// starts aligned and large ones go straight into their buffers without a copy.
 template <class Context>
 loaded_model load_per_tensor(Context& context, const model_layout& layout,
                              const load_settings& settings) {
     nvmeio::file f(settings.path, nvmeio::open_mode::read, settings.direct);
     const detail::tensor_span span = detail::span_of(layout, detail::unit_of(f));
     loaded_model out;
-    std::uint64_t gap_bytes = 0;
-    std::uint64_t at = span.begin;
-    for (const tensor_info& t : layout.tensors) {
-        gap_bytes += t.offset - std::min(at, t.offset);
-        at = std::max(at, t.offset + t.size);
-    }
-    nvmeio::aligned_buffer scratch(static_cast<std::size_t>(gap_bytes));
     std::vector<nvmeio::batch_request> requests;
-    std::size_t scratch_used = 0;
-    at = span.begin;
-    for (const tensor_info& t : layout.tensors) {
-        if (t.offset > at) {
-            const auto gap = static_cast<std::size_t>(t.offset - at);
-            requests.push_back({scratch.data() + scratch_used, gap, at});
-            scratch_used += gap;
-        }
-        out.buffers.emplace_back(static_cast<std::size_t>(t.size), detail::memory_alignment(f));
+    nvmeio::aligned_buffer scratch;
+    if (!layout.tensors.empty() && layout.tensors.front().offset > span.begin) {
+        scratch = nvmeio::aligned_buffer(
+            static_cast<std::size_t>(layout.tensors.front().offset - span.begin));
+        requests.push_back({scratch.data(), scratch.size(), span.begin});
+    }
+    for (std::size_t i = 0; i < layout.tensors.size(); ++i) {
+        const tensor_info& t = layout.tensors[i];
+        const std::uint64_t next =
+            i + 1 < layout.tensors.size() ? layout.tensors[i + 1].offset : span.end;
+        const auto length = static_cast<std::size_t>(std::max(next, t.offset + t.size) - t.offset);
+        out.buffers.emplace_back(length, detail::memory_alignment(f));
         out.tensors.push_back(out.buffers.back().data());
-        requests.push_back({out.buffers.back().data(), static_cast<std::size_t>(t.size), t.offset});
-        at = std::max(at, t.offset + t.size);
+        requests.push_back({out.buffers.back().data(), length, t.offset});
     }
     nvmeio::batch_options options;
     options.config = settings.config;

@@ -5,6 +5,8 @@
 // with the machine and the parameters printed first. Medians and the cache drop come from the
 // tool-support layer (support/).
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -63,12 +65,19 @@ struct method_samples {
     }
 };
 
-/// Prints the machine, the target and the run temperature.
+/// Prints the machine (with the device under `path`, or under its folder when `path` does not
+/// exist yet), the target and the run temperature.
 inline void print_setting(const std::string& program, const std::string& path,
                           const run_temperature& temperature) {
+    struct stat st {};
+    std::string where = path;
+    if (::stat(path.c_str(), &st) != 0) {
+        const std::size_t slash = path.find_last_of('/');
+        where = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+    }
     std::cout << program << " (nvmeio " << nvmeio::support::nvmeio_version() << ") at "
               << nvmeio::support::utc_now()
-              << "\nmachine: " << nvmeio::support::describe_machine(path)
+              << "\nmachine: " << nvmeio::support::describe_machine(where)
               << "\nruns: " << temperature.describe() << "\n";
 }
 

@@ -94,11 +94,11 @@ plan read_command_line(int argc, char** argv) {
     support::parse_command_line(app, argc, argv);
     if (p.flags.direct != nvmeio::direct_io::off && p.kv_block % 4096 != 0)
         throw support::usage_error("--kv-block", "must be a multiple of 4K for O_DIRECT");
-    const double blocks = static_cast<double>(p.layers) * static_cast<double>(p.blocks_per_layer());
-    if (blocks * static_cast<double>(p.kv_block) * 1.3 >
-        static_cast<double>(support::physical_memory_bytes())) {
-        throw support::usage_error("--layers", "the cache (" + std::to_string(p.total_bytes()) +
-                                                   " bytes) does not fit in memory");
+    const double bytes = static_cast<double>(p.layers) * static_cast<double>(p.blocks_per_layer()) *
+                         static_cast<double>(p.kv_block);
+    if (bytes * 1.3 > static_cast<double>(support::physical_memory_bytes())) {
+        throw support::usage_error("--layers", "a cache of " + std::to_string(bytes / 1e9) +
+                                                   " GB does not fit in this machine's memory");
     }
     return p;
 }

@@ -13,59 +13,108 @@
 #include <string>
 #include <vector>
 
-#include "scaling_support.hpp"
+#include "support/cli.hpp"
+#include "support/machine.hpp"
+#include "support/pattern.hpp"
+#include "support/stats.hpp"
 
 using namespace nvmeio;
-namespace sb = scaling_bench;
+namespace sb = nvmeio::support;
 
-int main(int argc, char** argv) {
-    const sb::arguments args(argc, argv,
-                             {{"dir", "."},
-                              {"count", "4096"},
-                              {"min", "64K"},
-                              {"max", "4M"},
-                              {"block", "1M"},
-                              {"depth", "32"},
-                              {"max-io", "8M"},
-                              {"threads", "4"},
-                              {"rounds", "5"},
-                              {"seed", "1"}});
-    const std::string dir = args.text("dir");
-    sb::print_machine(dir);
-    args.print();
-    const bool cold = sb::drop_page_cache();
-    std::printf("page cache: %s\n", cold ? "dropped (sync; echo 1 > drop_caches) before every read"
-                                         : "NOT dropped (not root): reads are WARM");
+namespace {
 
-    // Tensor sizes: log-uniform between min and max, in 4 KiB multiples.
-    std::mt19937_64 random(args.number("seed"));
-    const double lo = std::log(static_cast<double>(args.bytes("min")));
-    const double hi = std::log(static_cast<double>(args.bytes("max")));
+struct settings {
+    std::string dir = ".";
+    unsigned count = 4096;
+    std::uint64_t min = 64u << 10, max = 4u << 20;
+    std::uint64_t block_size = 1u << 20;
+    unsigned queue_depth = 32;
+    std::uint64_t max_io = 8u << 20;
+    unsigned threads = 4;
+    unsigned rounds = 5;
+    unsigned seed = 1;
+};
+
+settings parse(int argc, char** argv) {
+    settings s;
+    CLI::App app{
+        "batch_bench: many tensors read and written one by one, as one batch, and as "
+        "one batch over a parallel context; medians of interleaved rounds."};
+    app.add_option("--dir", s.dir, "folder for the scratch file")->capture_default_str();
+    sb::add_count_option(app, "--count", s.count, "tensors", 1u, 1000000u);
+    sb::add_size_option(app, "--min", s.min, "smallest tensor", 4096);
+    sb::add_size_option(app, "--max", s.max, "largest tensor", 4096, std::uint64_t{1} << 30);
+    sb::add_size_option(app, "-b,--block-size", s.block_size, "bytes per request", 1,
+                        sb::transfer_flags::max_block_size);
+    sb::add_count_option(app, "-q,--queue-depth", s.queue_depth, "requests in flight", 1u, 65536u);
+    sb::add_size_option(app, "--max-io", s.max_io, "largest coalesced I/O");
+    sb::add_count_option(app, "-p,--threads", s.threads, "threads of the parallel context", 1u,
+                         1024u);
+    sb::add_count_option(app, "--rounds", s.rounds, "interleaved rounds", 1u, 1000u);
+    sb::add_count_option(app, "--seed", s.seed, "seed of the tensor sizes", 0u);
+    sb::parse_command_line(app, argc, argv);
+    if (s.min > s.max) throw sb::usage_error("--min", "is larger than --max");
+    // Tensors average at most --max bytes; all of them live in memory at once.
+    if (s.max * s.count > sb::physical_memory_bytes() / 2)
+        throw sb::usage_error("--count", "x --max does not fit in half of this machine's memory");
+    return s;
+}
+
+bool drop_page_cache() {
+    std::string why;
+    return sb::drop_page_cache(why);
+}
+
+// Tensor sizes log-uniform between min and max, in 4 KiB multiples, laid end to end, each
+// holding the generated pattern of its range; returns the total.
+std::uint64_t make_tensors(const settings& s, std::vector<aligned_buffer>& tensors,
+                           std::vector<batch_request>& requests) {
+    std::mt19937_64 random(s.seed);
+    const double lo = std::log(static_cast<double>(s.min));
+    const double hi = std::log(static_cast<double>(s.max));
     std::uniform_real_distribution<double> pick(lo, hi);
-    std::vector<aligned_buffer> tensors;
-    std::vector<batch_request> requests;
     std::uint64_t offset = 0;
-    for (unsigned i = 0; i < args.number("count"); ++i) {
+    tensors.reserve(s.count);
+    for (unsigned i = 0; i < s.count; ++i) {
         const auto size = static_cast<std::size_t>(
             align_up(static_cast<std::uint64_t>(std::exp(pick(random))), 4096));
         tensors.emplace_back(size);
-        std::memset(tensors.back().data(), static_cast<int>(i & 0xFF), size);
+        sb::fill_pattern(tensors.back().data(), size, offset);
         requests.push_back({tensors.back().data(), size, offset});
         offset += size;
     }
-    const std::uint64_t total = offset;
+    return offset;
+}
+
+int run(int argc, char** argv) {
+    const settings s = parse(argc, argv);
+    const std::string dir = s.dir;
+    std::printf("machine: %s, scratch dir: %s\n", sb::describe_machine(dir).c_str(), dir.c_str());
+    std::printf(
+        "parameters: --count %u --min %s --max %s --block-size %s --queue-depth %u "
+        "--max-io %s --threads %u --rounds %u --seed %u\n",
+        s.count, sb::format_size(s.min).c_str(), sb::format_size(s.max).c_str(),
+        sb::format_size(s.block_size).c_str(), s.queue_depth, sb::format_size(s.max_io).c_str(),
+        s.threads, s.rounds, s.seed);
+    const bool cold = drop_page_cache();
+    std::printf("page cache: %s\n", cold ? "dropped (sync; echo 1 > drop_caches) before every read"
+                                         : "NOT dropped (not root): reads are WARM");
+
+    std::vector<aligned_buffer> tensors;
+    std::vector<batch_request> requests;
+    const std::uint64_t total = make_tensors(s, tensors, requests);
     std::printf("tensors: %zu, total %.1f MiB, mean %.0f KiB\n", requests.size(),
                 static_cast<double>(total) / (1 << 20),
                 static_cast<double>(total) / requests.size() / 1024);
 
-    const context_options options{args.number("depth"), args.bytes("block")};
+    const context_options options{s.queue_depth, static_cast<std::size_t>(s.block_size)};
     aio_context context(options);
     parallel_options po;
-    po.threads = args.number("threads");
+    po.threads = s.threads;
     po.context = options;
     parallel_context parallel(po);
     batch_options batch;
-    batch.max_io_size = args.bytes("max-io");
+    batch.max_io_size = static_cast<std::size_t>(s.max_io);
 
     const std::string path = dir + "/batch_bench.dat";
     file f(path, open_mode::write);
@@ -80,11 +129,13 @@ int main(int argc, char** argv) {
     };
     auto batched = [&](operation op) {
         const batch_outcome o = transfer_batch(context, f, op, requests, batch);
-        if (o.first_failure() != o.results.size()) std::exit(3);
+        if (o.first_failure() != o.results.size())
+            throw std::runtime_error("a batched request failed");
     };
     auto batched_parallel = [&](operation op) {
         const batch_outcome o = transfer_batch(parallel, f, op, requests, batch);
-        if (o.first_failure() != o.results.size()) std::exit(3);
+        if (o.first_failure() != o.results.size())
+            throw std::runtime_error("a batched request failed");
     };
     struct variant {
         const char* label;
@@ -95,14 +146,12 @@ int main(int argc, char** argv) {
     std::vector<variant> variants = {{"one by one (a transfer per tensor)", one_by_one, {}, {}},
                                      {"batched, one context", batched, {}, {}},
                                      {parallel_label.c_str(), batched_parallel, {}, {}}};
-    for (unsigned r = 0; r < args.number("rounds"); ++r) {
+    for (unsigned r = 0; r < s.rounds; ++r) {
         for (std::size_t i = 0; i < variants.size(); ++i) {
             variant& v = variants[(i + r) % variants.size()];
             v.write_gbs.push_back(total / sb::seconds_of([&] { v.run(operation::write); }) / 1e9);
-            if (cold && !sb::drop_page_cache()) {
-                std::fprintf(stderr, "dropping the page cache failed: refusing cold reads\n");
-                return 1;
-            }
+            if (cold && !drop_page_cache())
+                throw std::runtime_error("dropping the page cache failed: refusing cold reads");
             v.read_gbs.push_back(total / sb::seconds_of([&] { v.run(operation::read); }) / 1e9);
         }
     }
@@ -118,8 +167,13 @@ int main(int argc, char** argv) {
     std::printf(
         "(medians of %u interleaved rounds; ratios against one by one; bs=%zuK qd=%u, "
         "max coalesced I/O %zuK)\n",
-        args.number("rounds"), options.block_size >> 10, options.queue_depth,
-        batch.max_io_size >> 10);
+        s.rounds, options.block_size >> 10, options.queue_depth, batch.max_io_size >> 10);
     ::unlink(path.c_str());
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return sb::run_main("batch_bench", 1, [&] { return run(argc, argv); });
 }

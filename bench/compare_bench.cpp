@@ -7,6 +7,7 @@
 // over the rounds and the median of each round's ratio to memcmp.
 // GB = 10^9 bytes of ONE buffer per second; each comparison reads both buffers.
 
+#include <nvmeio/aligned_allocator.hpp>
 #include <nvmeio/compare.hpp>
 
 #include <gnu/libc-version.h>
@@ -24,77 +25,43 @@
 #include <string>
 #include <vector>
 
+#include "support/cli.hpp"
+#include "support/machine.hpp"
+#include "support/stats.hpp"
+
+namespace support = nvmeio::support;
+
 namespace {
 
 /// Everything the command line can change.
 struct options {
-    int rounds = 7;
-    std::size_t size_mib = 1024;
-    std::size_t small_kib = 64;
+    unsigned rounds = 7;
+    std::uint64_t size = std::uint64_t{1} << 30;
+    std::uint64_t small_size = 64 << 10;
     double small_seconds = 0.05;  // target duration of one small-buffer measurement
 };
 
-void print_usage(const char* program) {
-    std::printf(
-        "usage: %s [--rounds N] [--size-mib M] [--small-kib K] [--help]\n"
-        "  --rounds N     interleaved rounds per function; the median is reported (default 7)\n"
-        "  --size-mib M   size of each large buffer in MiB (default 1024)\n"
-        "  --small-kib K  size of each cache-resident buffer in KiB (default 64)\n",
-        program);
+options parse(int argc, char** argv) {
+    options opts;
+    CLI::App app{
+        "compare_bench: nvmeio::equal and nvmeio::count_mismatches against memcmp, "
+        "interleaved, medians."};
+    support::add_count_option(app, "--rounds", opts.rounds,
+                              "interleaved rounds per function; the median is reported", 1u, 1000u);
+    support::add_size_option(app, "--size", opts.size, "size of each large buffer");
+    support::add_size_option(app, "--small-size", opts.small_size,
+                             "size of each cache-resident buffer");
+    support::parse_command_line(app, argc, argv);
+    if (opts.size > support::physical_memory_bytes() / 3)
+        throw support::usage_error("--size", "two buffers of it do not fit in memory");
+    return opts;
 }
-
-bool parse(int argc, char** argv, options& opts) {
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (arg == "--help" || arg == "-h") {
-            print_usage(argv[0]);
-            std::exit(0);
-        } else if (arg == "--rounds" && has_value) {
-            opts.rounds = std::atoi(argv[++i]);
-        } else if (arg == "--size-mib" && has_value) {
-            opts.size_mib = std::strtoull(argv[++i], nullptr, 10);
-        } else if (arg == "--small-kib" && has_value) {
-            opts.small_kib = std::strtoull(argv[++i], nullptr, 10);
-        } else {
-            std::fprintf(stderr, "unknown or incomplete argument: %s\n", arg.c_str());
-            print_usage(argv[0]);
-            return false;
-        }
-    }
-    if (opts.rounds < 1 || opts.size_mib == 0 || opts.small_kib == 0) {
-        std::fprintf(stderr, "--rounds, --size-mib and --small-kib must be positive\n");
-        return false;
-    }
-    return true;
-}
-
-std::string cpu_model() {
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(cpuinfo, line)) {
-        if (line.rfind("model name", 0) == 0) {
-            const auto colon = line.find(':');
-            return colon == std::string::npos ? line : line.substr(colon + 2);
-        }
-    }
-    return "unknown";
-}
-
-struct free_deleter {
-    void operator()(void* p) const noexcept { std::free(p); }
-};
-using buffer = std::unique_ptr<std::uint8_t, free_deleter>;
 
 /// A page-aligned buffer, like the ones nvmeio reads into with O_DIRECT.
-buffer allocate(std::size_t size) {
-    const std::size_t rounded = (size + 4095) / 4096 * 4096;
-    auto* p = static_cast<std::uint8_t*>(std::aligned_alloc(4096, rounded));
-    if (p == nullptr) {
-        std::fprintf(stderr, "cannot allocate %zu bytes\n", size);
-        std::exit(1);
-    }
-    return buffer(p);
+using buffer = nvmeio::aligned_buffer;
+
+std::uint8_t* bytes(buffer& b) {
+    return reinterpret_cast<std::uint8_t*>(b.data());
 }
 
 /// Fills `a` with random bytes and copies it into `b`: writes every page of both (hot).
@@ -153,17 +120,11 @@ double time_function(function f, const std::uint8_t* a, const std::uint8_t* b, s
     return std::chrono::duration<double>(stop - start).count();
 }
 
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const std::size_t mid = values.size() / 2;
-    return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
-}
-
 /// Interleaves the three functions for `rounds` rounds and prints median GB/s and ratios.
-void run(const char* label, const std::uint8_t* a, const std::uint8_t* b, std::size_t size,
-         std::size_t repetitions, int rounds) {
+void run_interleaved(const char* label, const std::uint8_t* a, const std::uint8_t* b,
+                     std::size_t size, std::size_t repetitions, unsigned rounds) {
     std::vector<double> rates[3];
-    for (int round = 0; round < rounds; ++round) {
+    for (unsigned round = 0; round < rounds; ++round) {
         for (const function f : functions) {
             const double seconds = time_function(f, a, b, size, repetitions);
             rates[static_cast<int>(f)].push_back(double(size) * double(repetitions) / seconds /
@@ -171,7 +132,7 @@ void run(const char* label, const std::uint8_t* a, const std::uint8_t* b, std::s
         }
     }
     const auto& reference = rates[static_cast<int>(function::memcmp)];
-    std::printf("\n%s: %zu bytes per buffer, %zu call(s) per measurement, %d rounds\n", label, size,
+    std::printf("\n%s: %zu bytes per buffer, %zu call(s) per measurement, %u rounds\n", label, size,
                 repetitions, rounds);
     std::printf("  %-26s %12s %12s %12s %10s\n", "function", "median GB/s", "min GB/s", "max GB/s",
                 "/ memcmp");
@@ -182,20 +143,16 @@ void run(const char* label, const std::uint8_t* a, const std::uint8_t* b, std::s
         std::vector<double> ratios;
         for (std::size_t i = 0; i < r.size(); ++i)
             ratios.push_back(r[i] / reference[i]);
-        std::printf("  %-26s %12.2f %12.2f %12.2f %9.2fx\n", names[static_cast<int>(f)], median(r),
-                    *std::min_element(r.begin(), r.end()), *std::max_element(r.begin(), r.end()),
-                    median(ratios));
+        std::printf("  %-26s %12.2f %12.2f %12.2f %9.2fx\n", names[static_cast<int>(f)],
+                    support::median(r), *std::min_element(r.begin(), r.end()),
+                    *std::max_element(r.begin(), r.end()), support::median(ratios));
     }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    options opts;
-    if (!parse(argc, argv, opts)) return 2;
-
+int run(int argc, char** argv) {
+    const options opts = parse(argc, argv);
     std::printf("compare_bench\n");
-    std::printf("  cpu:            %s\n", cpu_model().c_str());
+    std::printf("  cpu:            %s\n", support::cpu_model().c_str());
     std::printf("  compiler:       %s\n", __VERSION__);
     std::printf("  glibc:          %s\n", gnu_get_libc_version());
     std::printf("  simd_enabled:   %s\n", nvmeio::simd_enabled ? "true" : "false");
@@ -206,27 +163,27 @@ int main(int argc, char** argv) {
 #else
     std::printf("  xsimd:          not used (scalar word-at-a-time path)\n");
 #endif
-    std::printf("  rounds:         %d (interleaved, median reported)\n", opts.rounds);
+    std::printf("  rounds:         %u (interleaved, median reported)\n", opts.rounds);
     std::printf("  GB:             10^9 bytes of one buffer per second (both are read)\n");
 
-    const std::size_t large_size = opts.size_mib << 20;
-    const std::size_t small_size = opts.small_kib << 10;
+    const auto large_size = static_cast<std::size_t>(opts.size);
+    const auto small_size = static_cast<std::size_t>(opts.small_size);
     {
-        buffer a = allocate(large_size);
-        buffer b = allocate(large_size);
-        fill_equal(a.get(), b.get(), large_size);
-        const std::string label = "large (hot, " + std::to_string(opts.size_mib) + " MiB)";
-        run(label.c_str(), a.get(), b.get(), large_size, 1, opts.rounds);
+        buffer a(large_size);
+        buffer b(large_size);
+        fill_equal(bytes(a), bytes(b), large_size);
+        const std::string label = "large (hot, " + support::format_size(opts.size) + ")";
+        run_interleaved(label.c_str(), bytes(a), bytes(b), large_size, 1, opts.rounds);
     }
     {
-        buffer a = allocate(small_size);
-        buffer b = allocate(small_size);
-        fill_equal(a.get(), b.get(), small_size);
+        buffer a(small_size);
+        buffer b(small_size);
+        fill_equal(bytes(a), bytes(b), small_size);
         // Calibrate once with memcmp so every function gets the same number of calls.
         std::size_t repetitions = 16;
         for (;;) {
             const double seconds =
-                time_function(function::memcmp, a.get(), b.get(), small_size, repetitions);
+                time_function(function::memcmp, bytes(a), bytes(b), small_size, repetitions);
             if (seconds >= opts.small_seconds / 4) {
                 repetitions = std::max<std::size_t>(
                     1, static_cast<std::size_t>(repetitions * opts.small_seconds / seconds));
@@ -235,8 +192,14 @@ int main(int argc, char** argv) {
             repetitions *= 4;
         }
         const std::string label =
-            "small (cache-resident, " + std::to_string(opts.small_kib) + " KiB)";
-        run(label.c_str(), a.get(), b.get(), small_size, repetitions, opts.rounds);
+            "small (cache-resident, " + support::format_size(opts.small_size) + ")";
+        run_interleaved(label.c_str(), bytes(a), bytes(b), small_size, repetitions, opts.rounds);
     }
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return support::run_main("compare_bench", 1, [&] { return run(argc, argv); });
 }

@@ -5,24 +5,26 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <nvmeio/nvmeio.hpp>
 #include <string>
 #include <vector>
 
-#include "scaling_support.hpp"
+#include "support/cli.hpp"
+#include "support/machine.hpp"
+#include "support/stats.hpp"
 
 using namespace nvmeio;
-namespace sb = scaling_bench;
+namespace sb = nvmeio::support;
 
 namespace {
 
 bool cold = false;  // page cache drops work
 
 void before_read() {
-    if (cold && !sb::drop_page_cache()) {
-        std::fprintf(stderr, "dropping the page cache failed: refusing to report cold reads\n");
-        std::exit(1);
-    }
+    std::string why;
+    if (cold && !sb::drop_page_cache(why))
+        throw std::runtime_error("dropping the page cache failed, refusing cold reads: " + why);
 }
 
 double gb_per_s(std::uint64_t bytes, double seconds) {
@@ -196,33 +198,67 @@ void stripe_mode(const std::string& dir, std::size_t size, context_options optio
     ::unlink(single_path.c_str());
 }
 
-}  // namespace
+struct settings {
+    std::string dir = ".";
+    std::uint64_t size = std::uint64_t{1} << 30;
+    std::uint64_t block_size = std::uint64_t{1} << 20;
+    unsigned queue_depth = 32;
+    unsigned rounds = 5;
+    std::string mode = "all";
+    unsigned files = 4;
+    std::uint64_t stripe_unit = std::uint64_t{1} << 20;
+};
 
-int main(int argc, char** argv) {
-    const sb::arguments args(argc, argv,
-                             {{"dir", "."},
-                              {"size", "1G"},
-                              {"block", "1M"},
-                              {"depth", "32"},
-                              {"rounds", "5"},
-                              {"mode", "all"},
-                              {"files", "4"},
-                              {"stripe-unit", "1M"}});
-    const std::string dir = args.text("dir");
-    const std::size_t size = args.bytes("size");
-    const context_options options{args.number("depth"), args.bytes("block")};
-    const unsigned rounds = args.number("rounds");
-    const std::string mode = args.text("mode");
-    sb::print_machine(dir);
-    args.print();
-    cold = sb::drop_page_cache();
+settings parse(int argc, char** argv) {
+    settings s;
+    CLI::App app{
+        "parallel_bench: intra-op parallelism, io_uring vs libaio, striping; medians of "
+        "interleaved rounds."};
+    app.add_option("--dir", s.dir, "folder for the scratch files")->capture_default_str();
+    sb::add_size_option(app, "--size", s.size, "bytes per transfer");
+    sb::add_size_option(app, "-b,--block-size", s.block_size, "bytes per request", 1,
+                        sb::transfer_flags::max_block_size);
+    sb::add_count_option(app, "-q,--queue-depth", s.queue_depth, "requests in flight per thread",
+                         1u, 65536u);
+    sb::add_count_option(app, "--rounds", s.rounds, "interleaved rounds", 1u, 1000u);
+    app.add_option("--mode", s.mode, "what to measure")
+        ->check(CLI::IsMember({"all", "threads", "backends", "stripe"}))
+        ->capture_default_str();
+    sb::add_count_option(app, "--files", s.files, "files striped over (D)", 1u, 64u);
+    sb::add_size_option(app, "--stripe-unit", s.stripe_unit, "bytes per stripe unit");
+    sb::parse_command_line(app, argc, argv);
+    if (s.size > sb::physical_memory_bytes() / 2)
+        throw sb::usage_error("--size", "does not fit in half of this machine's memory");
+    return s;
+}
+
+int run(int argc, char** argv) {
+    const settings s = parse(argc, argv);
+    const auto size = static_cast<std::size_t>(s.size);
+    const context_options options{s.queue_depth, static_cast<std::size_t>(s.block_size)};
+    std::string why;
+    cold = sb::drop_page_cache(why);
+    std::printf("machine: %s, scratch dir: %s\n", sb::describe_machine(s.dir).c_str(),
+                s.dir.c_str());
+    std::printf(
+        "parameters: --size %s --block-size %s --queue-depth %u --rounds %u --mode %s "
+        "--files %u --stripe-unit %s\n",
+        sb::format_size(s.size).c_str(), sb::format_size(s.block_size).c_str(), s.queue_depth,
+        s.rounds, s.mode.c_str(), s.files, sb::format_size(s.stripe_unit).c_str());
     std::printf("page cache: %s\n", cold ? "dropped (sync; echo 1 > drop_caches) before every read"
                                          : "NOT dropped (not root): reads are WARM");
     std::printf("writes: O_DIRECT, no fdatasync inside the timing\n");
-    if (mode == "all" || mode == "threads") threads_mode(dir, size, options, rounds);
-    if (mode == "all" || mode == "backends") backends_mode(dir, size, options, rounds);
-    if (mode == "all" || mode == "stripe") {
-        stripe_mode(dir, size, options, rounds, args.number("files"), args.bytes("stripe-unit"));
+    if (s.mode == "all" || s.mode == "threads") threads_mode(s.dir, size, options, s.rounds);
+    if (s.mode == "all" || s.mode == "backends") backends_mode(s.dir, size, options, s.rounds);
+    if (s.mode == "all" || s.mode == "stripe") {
+        stripe_mode(s.dir, size, options, s.rounds, s.files,
+                    static_cast<std::size_t>(s.stripe_unit));
     }
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return sb::run_main("parallel_bench", 1, [&] { return run(argc, argv); });
 }

@@ -19,8 +19,10 @@ int main(int argc, char** argv) {
         app.add_option("file", path, "the file or block device to read")->required();
         flags.add_to(app);
         support::parse_command_line(app, argc, argv);
+        flags.check();
 
         nvmeio::file in(path, nvmeio::open_mode::read, flags.direct);
+        flags.check_against(in);
         const std::uint64_t size = in.size();
         if (size > support::physical_memory_bytes()) {
             throw std::invalid_argument("'" + path + "' holds " + std::to_string(size) +

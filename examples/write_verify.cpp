@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
             ->required();
         flags.add_to(app);
         support::parse_command_line(app, argc, argv);
+        flags.check();
         // Two buffers of `size` bytes: the pattern and what is read back.
         if (size > support::physical_memory_bytes() / 2) {
             throw support::usage_error("--size", support::format_size(size) +
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
                         "file", "'" + path + "' is a " + nvmeio::to_string(out.kind()) +
                                     "; write_verify writes regular files only");
                 }
+                flags.check_against(out);
                 rows.push_back(
                     {flags.label("write"),
                      nvmeio::write(context, out, source, length, 0, flags.config()).perf});

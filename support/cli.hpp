@@ -54,7 +54,8 @@ inline void parse_command_line(CLI::App& app, int argc, char** argv) {
 }
 
 /// Runs `body()` (which returns the exit status) and maps what escapes it: exit_request to its
-/// status, usage_error to 2, any other exception to `error_status`, each printed after
+/// status, usage_error and std::invalid_argument (a value the library refuses, such as a queue
+/// depth above fs.aio-max-nr) to 2, any other exception to `error_status`, each printed after
 /// "`program`: ".
 template <class Body>
 int run_main(const char* program, int error_status, Body&& body) noexcept {
@@ -64,6 +65,9 @@ int run_main(const char* program, int error_status, Body&& body) noexcept {
         return e.status;
     } catch (const usage_error& e) {
         std::cerr << program << ": " << e.what() << " (see --help)\n";
+        return 2;
+    } catch (const std::invalid_argument& e) {
+        std::cerr << program << ": " << e.what() << "\n";
         return 2;
     } catch (const std::exception& e) {
         std::cerr << program << ": " << e.what() << "\n";
@@ -106,12 +110,16 @@ T checked_count(const std::string& flag, const std::string& text, T min, T max) 
 }
 
 inline std::uint64_t checked_size(const std::string& flag, const std::string& text,
-                                  std::uint64_t min, std::uint64_t max) {
+                                  std::uint64_t min, std::uint64_t max, std::uint64_t multiple_of) {
     return converted(flag, text, [&](const std::string& t) {
         const std::uint64_t v = parse_size(t);
         if (v < min || v > max) {
             throw std::invalid_argument("'" + t + "' is out of range (" + format_size(min) +
                                         " to " + format_size(max) + " bytes)");
+        }
+        if (multiple_of > 1 && v % multiple_of != 0) {
+            throw std::invalid_argument("'" + t + "' is not a multiple of " +
+                                        std::to_string(multiple_of) + " bytes");
         }
         return v;
     });
@@ -158,27 +166,29 @@ CLI::Option* add_count_list_option(CLI::App& app, const std::string& flags, std:
         ->type_name("N,...");
 }
 
-/// A size option in bytes with unit suffixes (parse_size), in [min, max].
+/// A size option in bytes with unit suffixes (parse_size), in [min, max], a multiple of
+/// `multiple_of`.
 inline CLI::Option* add_size_option(CLI::App& app, const std::string& flags, std::uint64_t& target,
                                     const std::string& help, std::uint64_t min = 1,
-                                    std::uint64_t max = UINT64_MAX) {
+                                    std::uint64_t max = UINT64_MAX, std::uint64_t multiple_of = 1) {
     const std::string flag = detail::flag_name(flags);
     return app
         .add_option_function<std::string>(
             flags,
-            [&target, flag, min, max](const std::string& text) {
-                target = detail::checked_size(flag, text, min, max);
+            [&target, flag, min, max, multiple_of](const std::string& text) {
+                target = detail::checked_size(flag, text, min, max, multiple_of);
             },
             help)
         ->default_str(format_size(target))
         ->type_name("SIZE");
 }
 
-/// A comma-separated list of sizes, each in [min, max].
+/// A comma-separated list of sizes, each in [min, max] and a multiple of `multiple_of`.
 inline CLI::Option* add_size_list_option(CLI::App& app, const std::string& flags,
                                          std::vector<std::uint64_t>& target,
                                          const std::string& help, std::uint64_t min = 1,
-                                         std::uint64_t max = UINT64_MAX) {
+                                         std::uint64_t max = UINT64_MAX,
+                                         std::uint64_t multiple_of = 1) {
     const std::string flag = detail::flag_name(flags);
     std::string shown;
     for (const std::uint64_t v : target)
@@ -186,10 +196,10 @@ inline CLI::Option* add_size_list_option(CLI::App& app, const std::string& flags
     return app
         .add_option_function<std::vector<std::string>>(
             flags,
-            [&target, flag, min, max](const std::vector<std::string>& texts) {
+            [&target, flag, min, max, multiple_of](const std::vector<std::string>& texts) {
                 target.clear();
                 for (const std::string& t : texts)
-                    target.push_back(detail::checked_size(flag, t, min, max));
+                    target.push_back(detail::checked_size(flag, t, min, max, multiple_of));
             },
             help)
         ->delimiter(',')
@@ -348,6 +358,17 @@ decltype(auto) with_backend(backend_kind kind, F&& f) {
 
 // --------------------------------------------------------------------------- transfer flags
 
+/// Throws usage_error naming `flag` when `block_size` is not a multiple of the O_DIRECT alignment
+/// of `f` (nothing when `f` is buffered).
+inline void check_block_size(const std::string& flag, std::uint64_t block_size, const file& f) {
+    const std::size_t unit = f.required_alignment();
+    if (block_size % unit != 0) {
+        throw usage_error(flag, format_size(block_size) + " is not a multiple of " +
+                                    std::to_string(unit) + " bytes, the O_DIRECT alignment of '" +
+                                    f.path() + "'");
+    }
+}
+
 /// How a transfer is done, as every tool and example spells it: --strategy, --submit,
 /// --queue-depth, --block-size, --direct, --backend.
 struct transfer_flags {
@@ -360,6 +381,9 @@ struct transfer_flags {
 
     /// Largest --block-size accepted.
     static constexpr std::uint64_t max_block_size = std::uint64_t{1} << 30;
+    /// The smallest O_DIRECT alignment a device can have: an O_DIRECT block size must be a
+    /// multiple of it (and of the file's own alignment, see check_against).
+    static constexpr std::uint64_t smallest_direct_alignment = 512;
 
     /// Adds the flags to `app`; `with_direct` false leaves out --direct (tools that are
     /// always O_DIRECT).
@@ -382,6 +406,19 @@ struct transfer_flags {
         add_enum_option(app, "--backend", backend, backend_names(),
                         "I/O backend (io_uring where built with liburing)");
     }
+
+    /// Checks what one flag alone cannot: an O_DIRECT block size that no device could take.
+    /// Throws usage_error naming --block-size. Call after parsing.
+    void check() const {
+        if (direct != direct_io::off && block_size % smallest_direct_alignment != 0) {
+            throw usage_error("--block-size", format_size(block_size) +
+                                                  " is not a multiple of 512 bytes, so O_DIRECT "
+                                                  "cannot use it (or pass --direct off)");
+        }
+    }
+
+    /// Checks --block-size against the O_DIRECT alignment of `f` (nothing when `f` is buffered).
+    void check_against(const file& f) const { check_block_size("--block-size", block_size, f); }
 
     /// The run-time strategy and submit mode.
     [[nodiscard]] transfer_config config(bool measure = true) const {

@@ -1,8 +1,10 @@
 #pragma once
 /// \file support/stats.hpp
-/// Medians of repeated measurements, as every benchmark, tool and example reports them.
+/// Medians of repeated measurements, as every benchmark, tool and example reports them, and the
+/// stopwatch they are taken with.
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -35,6 +37,14 @@ struct summary_stats {
 /// The median of `values` (0 for none).
 [[nodiscard]] inline double median(std::vector<double> values) {
     return summarize(std::move(values)).median;
+}
+
+/// Seconds `f()` takes on the steady clock.
+template <class F>
+[[nodiscard]] double seconds_of(F&& f) {
+    const auto start = std::chrono::steady_clock::now();
+    std::forward<F>(f)();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace nvmeio::support

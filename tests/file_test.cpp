@@ -5,10 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <nvmeio/file.hpp>
 #include <nvmeio/strategy.hpp>
 #include <string>
+#include <vector>
 
 #include "test_support.hpp"
 
@@ -241,4 +245,133 @@ BOOST_AUTO_TEST_CASE(filesystem_refusing_o_direct_gives_fallback_in_automatic_an
     BOOST_TEST(!in.is_direct());
     BOOST_TEST(read(context, in, target.data(), size, 0).bytes == size);
     BOOST_TEST(std::memcmp(source.data(), target.data(), size) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(path_with_a_nul_byte_is_refused_not_cut_short) {
+    temp_path victim("victim");
+    nvmeio_test::spew(victim.str(), "precious", 8);
+    const std::string path = victim.str() + std::string("\0.tmp", 5);
+    for (const open_mode mode : {open_mode::read, open_mode::write, open_mode::read_write}) {
+        try {
+            file f(path, mode);
+            BOOST_ERROR("a path with a NUL byte was opened");
+        } catch (const std::invalid_argument& e) {
+            const std::string text = e.what();
+            BOOST_TEST(contains(text, victim.str() + "\\0.tmp"), text);
+            BOOST_TEST(
+                contains(text, "NUL byte at position " + std::to_string(victim.str().size())),
+                text);
+        }
+        std::error_code ec;
+        BOOST_CHECK_THROW((void)file::open(path, mode, direct_io::on, ec), std::invalid_argument);
+    }
+    BOOST_TEST(nvmeio_test::file_size(victim.str()) == 8u);  // not truncated
+}
+
+BOOST_AUTO_TEST_CASE(closed_and_moved_from_handles_name_their_file) {
+    temp_path path("closed");
+    nvmeio_test::spew(path.str(), "0123456789", 10);
+    file original(path.str(), open_mode::read_write, direct_io::off);
+    file taker(std::move(original));
+    file closed(path.str(), open_mode::read_write, direct_io::off);
+    closed.close();
+    file assigned(path.str(), open_mode::read_write, direct_io::off);
+    file target;
+    target = std::move(assigned);
+    for (file* f : {&original, &closed, &assigned}) {
+        BOOST_TEST(!f->is_open());
+        BOOST_TEST(f->path() == path.str());
+        char byte = 0;
+        const std::vector<std::function<void()>> operations = {
+            [&] { (void)f->size(); },
+            [&] { (void)f->read_at(&byte, 1, 0); },
+            [&] { f->write_at(&byte, 1, 0); },
+            [&] { f->truncate(0); },
+            [&] { f->sync(); },
+        };
+        for (const auto& operation : operations) {
+            try {
+                operation();
+                BOOST_ERROR("an operation on a closed handle succeeded");
+            } catch (const io_error& e) {
+                BOOST_TEST((e.code() == std::errc::bad_file_descriptor), e.what());
+                BOOST_TEST(e.path() == path.str(), e.what());
+                BOOST_TEST(contains(e.what(), "closed or was moved from"), e.what());
+            }
+        }
+        std::error_code ec;
+        BOOST_TEST(f->size(ec) == 0u);
+        BOOST_TEST((ec == std::errc::bad_file_descriptor));
+        aio_context context({2, 4096});
+        try {
+            (void)read(context, *f, &byte, 1, 0);
+            BOOST_ERROR("a transfer on a closed handle succeeded");
+        } catch (const std::invalid_argument& e) {
+            BOOST_TEST(contains(e.what(), path.str()), e.what());
+            BOOST_TEST(contains(e.what(), "not open"), e.what());
+        }
+    }
+    BOOST_TEST(taker.size() == 10u);
+    BOOST_TEST(target.size() == 10u);
+    try {
+        (void)file().size();
+        BOOST_ERROR("size of an empty handle succeeded");
+    } catch (const io_error& e) {
+        BOOST_TEST(contains(e.what(), "holds no file"), e.what());
+    }
+}
+
+// pread of a range ending at 2^63 - 1 is allowed and is the end of the file; O_DIRECT cannot
+// ask for that range's whole alignment unit, and must not fail where the buffered path does not.
+BOOST_AUTO_TEST_CASE(read_at_of_the_last_bytes_below_int64_max_is_the_end_of_the_file) {
+    temp_path path("far_end");
+    nvmeio_test::spew(path.str(), "abc", 3);
+    constexpr auto max_offset = static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
+    for (const direct_io direct : {direct_io::off, direct_io::on}) {
+        BOOST_TEST_CONTEXT("direct=" << to_string(direct)) {
+            file f(path.str(), open_mode::read, direct);
+            BOOST_TEST(f.is_direct() == (direct == direct_io::on));
+            std::vector<unsigned char> buffer(10'000, 7);
+            for (const std::size_t length : {std::size_t{1}, std::size_t{10}, std::size_t{100}}) {
+                BOOST_TEST(f.read_at(buffer.data(), length, max_offset - length) == 0u);
+            }
+            // Starting a unit earlier: the reachable units are read (nothing there), then the
+            // last one is the end of the file too.
+            BOOST_TEST(f.read_at(buffer.data() + 1, 8291, max_offset - 8291) == 0u);
+            BOOST_TEST(std::count(buffer.begin(), buffer.end(), 7) == 10'000);
+        }
+    }
+}
+
+// Where a filesystem lets a file reach 2^63 - 1 (tmpfs), the bytes in the last unit exist, and
+// O_DIRECT cannot read them: a precise EOVERFLOW, not a wrong 0 or a bare EINVAL.
+BOOST_AUTO_TEST_CASE(read_at_of_existing_bytes_o_direct_cannot_address_is_eoverflow) {
+    if (!nvmeio_test::accepts_o_direct("/dev/shm")) {
+        BOOST_TEST_MESSAGE("tmpfs refuses O_DIRECT here (Linux < 6.6): the case cannot arise");
+        return;
+    }
+    temp_path path("far_end", "/dev/shm");
+    constexpr auto max_offset = static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
+    const int fd = ::open(path.str().c_str(), O_RDWR | O_CREAT, 0644);
+    BOOST_TEST_REQUIRE(fd >= 0);
+    const bool written = ::pwrite(fd, "xyz", 3, static_cast<off_t>(max_offset - 3)) == 3;
+    ::close(fd);
+    if (!written) {
+        BOOST_TEST_MESSAGE("this tmpfs does not take a byte at 2^63 - 4: the case cannot arise");
+        return;
+    }
+    file buffered(path.str(), open_mode::read, direct_io::off);
+    char got[3] = {};
+    BOOST_TEST(buffered.read_at(got, 3, max_offset - 3) == 3u);
+    BOOST_TEST(std::string(got, 3) == "xyz");
+    file direct(path.str(), open_mode::read, direct_io::on);
+    BOOST_TEST_REQUIRE(direct.is_direct());
+    try {
+        (void)direct.read_at(got, 3, max_offset - 3);
+        BOOST_ERROR("O_DIRECT read the last unit below 2^63");
+    } catch (const io_error& e) {
+        BOOST_TEST((e.code() == std::errc::value_too_large), e.what());
+        BOOST_TEST(contains(e.what(), "direct_io::off"), e.what());
+        BOOST_TEST(e.offset() == max_offset - 3);
+    }
 }

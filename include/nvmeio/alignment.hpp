@@ -3,6 +3,8 @@
 /// Alignment arithmetic and the direct-I/O alignment a file requires.
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>  // BLKGETSIZE64, BLKSSZGET (linux/fs.h clashes with it)
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -14,10 +16,17 @@
 
 namespace nvmeio {
 
+/// True when `align_up(value, alignment)` fits in 64 bits (`alignment` non-zero).
+[[nodiscard]] constexpr bool align_up_fits(std::uint64_t value, std::uint64_t alignment) noexcept {
+    return value % alignment == 0 || value / alignment < UINT64_MAX / alignment;
+}
+
 /// Rounds `value` up to a multiple of `alignment` (any non-zero alignment, not only powers of 2).
+/// Exact whenever the result fits in 64 bits; check `align_up_fits` first for sizes a user gave.
 [[nodiscard]] constexpr std::uint64_t align_up(std::uint64_t value,
                                                std::uint64_t alignment) noexcept {
-    return (value + alignment - 1) / alignment * alignment;
+    const std::uint64_t rest = value % alignment;
+    return rest == 0 ? value : value + (alignment - rest);
 }
 
 /// Rounds `value` down to a multiple of `alignment`.
@@ -48,7 +57,8 @@ struct dio_alignment {
     std::size_t memory = 4096;
     /// File offsets and lengths must be multiples of this.
     std::size_t offset = 4096;
-    /// Where the numbers came from: "statx", "logical_block_size" or "default".
+    /// Where the numbers came from: "statx", "BLKSSZGET" (a block device),
+    /// "logical_block_size" (the device under a file) or "default".
     const char* source = "default";
 
     /// The larger of the two: a block size that is a multiple of this satisfies both.
@@ -77,10 +87,24 @@ inline std::size_t logical_block_size(dev_t device) {
     return 0;
 }
 
+/// A block device's own alignment: its logical block size (`BLKSSZGET`) for offsets and memory;
+/// `source` stays "default" when the ioctl fails.
+[[nodiscard]] inline dio_alignment block_device_alignment(int fd) noexcept {
+    dio_alignment result;
+    int size = 0;
+    if (::ioctl(fd, BLKSSZGET, &size) == 0 && size > 0) {
+        result.memory = static_cast<std::size_t>(size);
+        result.offset = static_cast<std::size_t>(size);
+        result.source = "BLKSSZGET";
+    }
+    return result;
+}
+
 }  // namespace detail
 
 /// The direct-I/O alignment of an open file: `statx(STATX_DIOALIGN)` where the kernel provides
-/// it (Linux >= 6.1), else the logical block size of its device, else 4096.
+/// it (Linux >= 6.1 for files, 6.11 for block devices), else for a block device its logical
+/// block size (`BLKSSZGET`), for a file the logical block size of the device under it, else 4096.
 [[nodiscard]] inline dio_alignment query_dio_alignment(int fd) noexcept {
     dio_alignment result;
 #ifdef STATX_DIOALIGN
@@ -95,16 +119,16 @@ inline std::size_t logical_block_size(dev_t device) {
     }
 #endif
     struct stat st {};
-    if (::fstat(fd, &st) == 0) {
-        try {
-            if (std::size_t size = detail::logical_block_size(st.st_dev)) {
-                result.memory = size;
-                result.offset = size;
-                result.source = "logical_block_size";
-            }
-        } catch (...) {
-            // Unreadable sysfs leaves the safe default.
+    if (::fstat(fd, &st) != 0) return result;
+    if (S_ISBLK(st.st_mode)) return detail::block_device_alignment(fd);
+    try {
+        if (std::size_t size = detail::logical_block_size(st.st_dev)) {
+            result.memory = size;
+            result.offset = size;
+            result.source = "logical_block_size";
         }
+    } catch (...) {
+        // Unreadable sysfs leaves the safe default.
     }
     return result;
 }

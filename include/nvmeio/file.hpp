@@ -3,7 +3,10 @@
 /// A move-only RAII file handle that opens with O_DIRECT (or says precisely why not).
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>  // BLKGETSIZE64, BLKSSZGET (linux/fs.h clashes with it)
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -39,10 +44,10 @@ enum class direct_io {
 enum class file_kind {
     regular,           ///< A regular file: sized by its inode, may grow, may be `fallocate`d.
     block_device,      ///< A block device such as `/dev/nvme0n1`: fixed size, never grows.
-    character_device,  ///< A character device such as `/dev/null`.
-    fifo,              ///< A named pipe.
-    socket,            ///< A socket.
-    other,             ///< Anything else.
+    character_device,  ///< `/dev/null`, `/dev/zero`, `/dev/random` or `/dev/urandom` (buffered).
+    fifo,              ///< A named pipe (never opened: refused).
+    socket,            ///< A socket (never opened: refused).
+    other,             ///< Anything else (never opened: refused).
 };
 
 /// Name of a file kind, for messages and reports.
@@ -76,6 +81,19 @@ enum class file_kind {
 /// (the unaligned tail is handled here). `read_at` and `write_at` accept any buffer, offset and
 /// length: what is not aligned goes through an internal bounce buffer.
 ///
+/// What opens: regular files; block devices (`/dev/nvme0n1`: `size()` from the device, alignment
+/// from its logical block size, never grown; writing past the end is ENOSPC, reading past it
+/// returns the bytes that exist); and the character devices `/dev/null`, `/dev/zero`,
+/// `/dev/random`, `/dev/urandom` (buffered only: with `direct_io::automatic` or `off`). Everything
+/// else is refused at open by an `io_error` that says what the path is and what nvmeio needs:
+/// FIFOs and sockets (no file offsets; a FIFO without a writer is opened without blocking, then
+/// refused), other character devices (terminals wait for input; `/dev/nvme0` is a controller, its
+/// namespace `/dev/nvme0n1` is the block device), directories (EISDIR). A path with a NUL byte
+/// is an `std::invalid_argument`, not a shorter path.
+///
+/// A closed or moved-from handle still knows its path: every operation on it is an `io_error`
+/// (EBADF) naming the file it held.
+///
 /// Thread-safety: distinct handles are independent; one handle may be used by several threads for
 /// disjoint, alignment-unit-disjoint ranges.
 class file {
@@ -83,7 +101,8 @@ class file {
     /// A handle that holds no file.
     file() noexcept = default;
 
-    /// Opens `path`; throws `io_error` naming the path and the reason.
+    /// Opens `path`; throws `io_error` naming the path and the reason, `std::invalid_argument`
+    /// for a path with a NUL byte.
     file(std::string path, open_mode mode, direct_io direct = direct_io::on) {
         detail::throw_if(open_impl(std::move(path), mode, direct));
     }
@@ -91,20 +110,21 @@ class file {
     file(const file&) = delete;
     file& operator=(const file&) = delete;
 
-    /// Takes over the other handle's descriptor; the other holds no file afterwards.
-    file(file&& other) noexcept { swap(other); }
-    /// Closes this handle's file and takes over the other's.
+    /// Takes over the other handle's descriptor; the other is closed but keeps its path.
+    file(file&& other) noexcept { take(other); }
+    /// Closes this handle's file and takes over the other's (which keeps its path).
     file& operator=(file&& other) noexcept {
         if (this != &other) {
             close_quietly();
-            swap(other);
+            take(other);
         }
         return *this;
     }
     /// Closes the file (errors on close are ignored here; call `close()` to see them).
     ~file() { close_quietly(); }
 
-    /// Opens `path` into a fresh handle, reporting failure through `ec` instead of throwing.
+    /// Opens `path` into a fresh handle, reporting failure through `ec` instead of throwing (a
+    /// path with a NUL byte still throws `std::invalid_argument`).
     [[nodiscard]] static file open(std::string path, open_mode mode, direct_io direct,
                                    std::error_code& ec) {
         file result;
@@ -118,8 +138,11 @@ class file {
     [[nodiscard]] bool is_open() const noexcept { return fd_ >= 0; }
     /// True when the descriptor has O_DIRECT (with `direct_io::automatic`, what it got).
     [[nodiscard]] bool is_direct() const noexcept { return direct_; }
-    /// The path the file was opened with.
-    [[nodiscard]] const std::string& path() const noexcept { return path_; }
+    /// The path the file was opened with (kept after `close()` and after a move from it).
+    [[nodiscard]] const std::string& path() const noexcept {
+        static const std::string none;
+        return path_ ? *path_ : none;
+    }
     /// The mode the file was opened with.
     [[nodiscard]] open_mode mode() const noexcept { return mode_; }
     /// What the file is (regular file, block device...), as seen at open.
@@ -133,26 +156,25 @@ class file {
         return direct_ ? alignment_.strictest() : 1;
     }
 
-    /// The file's current size in bytes.
+    /// The file's current size in bytes: a block device's capacity (`BLKGETSIZE64`), a regular
+    /// file's length, 0 for a character device.
     [[nodiscard]] std::uint64_t size() const {
         std::error_code ec;
         const std::uint64_t result = size(ec);
-        detail::throw_if({ec, "fstat", path_, 0, 0});
+        if (ec) {
+            const bool device = kind_ == file_kind::block_device;
+            throw io_error(
+                {ec, operation_name(device ? "ioctl(BLKGETSIZE64)" : "fstat"), path(), 0, 0});
+        }
         return result;
     }
-    /// The file's current size in bytes; 0 and `ec` set on failure.
-    [[nodiscard]] std::uint64_t size(std::error_code& ec) const noexcept {
-        struct stat st {};
-        if (::fstat(fd_, &st) != 0) {
-            ec = detail::errno_code(errno);
-            return 0;
-        }
-        ec.clear();
-        return static_cast<std::uint64_t>(st.st_size);
-    }
+    /// The file's current size in bytes; 0 and `ec` set on failure (EBADF when not open).
+    [[nodiscard]] std::uint64_t size(std::error_code& ec) const noexcept;
 
     /// Reads up to `length` bytes at `offset` into `buffer` (any alignment), retrying short reads
-    /// and EINTR. Returns the bytes read: fewer than `length` only at end of file.
+    /// and EINTR. Returns the bytes read: fewer than `length` only at end of file. On an O_DIRECT
+    /// handle the last alignment unit below 2^63, which O_DIRECT cannot address, reads as the end
+    /// of the file when the file ends before it, and is an EOVERFLOW `io_error` otherwise.
     std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset) {
         io_failure failure;
         const std::size_t done = read_at(buffer, length, offset, failure);
@@ -195,11 +217,15 @@ class file {
     void truncate(std::uint64_t size) {
         std::error_code ec;
         truncate(size, ec);
-        detail::throw_if({ec, "truncate", path_, size, 0});
+        detail::throw_if({ec, operation_name("truncate"), path(), size, 0});
     }
     /// Sets the file's size, reporting failure through `ec`.
     void truncate(std::uint64_t size, std::error_code& ec) noexcept {
         ec.clear();
+        if (!is_open()) {
+            ec = detail::errno_code(EBADF);
+            return;
+        }
         while (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
             if (errno != EINTR) {
                 ec = detail::errno_code(errno);
@@ -212,19 +238,19 @@ class file {
     void sync() {
         std::error_code ec;
         sync(ec);
-        detail::throw_if({ec, "fdatasync", path_, 0, 0});
+        detail::throw_if({ec, operation_name("fdatasync"), path(), 0, 0});
     }
     /// Flushes the file's data to the device, reporting failure through `ec`.
     void sync(std::error_code& ec) noexcept {
         ec.clear();
-        if (::fdatasync(fd_) != 0) ec = detail::errno_code(errno);
+        if (::fdatasync(fd_) != 0) ec = detail::errno_code(errno);  // EBADF when closed
     }
 
     /// Closes the file, reporting the close's error (a handle closes once; this is then a no-op).
     void close() {
         std::error_code ec;
         close(ec);
-        detail::throw_if({ec, "close", path_, 0, 0});
+        detail::throw_if({ec, "close", path(), 0, 0});
     }
     /// Closes the file, reporting failure through `ec`.
     void close(std::error_code& ec) noexcept {
@@ -247,6 +273,22 @@ class file {
 
   private:
     io_failure open_impl(std::string path, open_mode mode, direct_io direct);
+    // Whether this process may open a file of `kind` (device `device`); else why not.
+    static const char* refusal(file_kind kind, dev_t device) noexcept;
+    void take(file& other) noexcept {
+        fd_ = std::exchange(other.fd_, -1);
+        direct_ = other.direct_;
+        mode_ = other.mode_;
+        kind_ = other.kind_;
+        path_ = other.path_;  // shared, so that the moved-from handle still names its file
+        alignment_ = other.alignment_;
+    }
+    // `operation`, saying so when the handle holds no open file (its errno is then EBADF).
+    std::string operation_name(const char* operation) const {
+        if (is_open()) return operation;
+        return std::string(operation) + (path_ ? " (the handle is closed or was moved from)"
+                                               : " (the handle holds no file)");
+    }
     void close_quietly() noexcept {
         std::error_code ignored;
         close(ignored);
@@ -261,17 +303,63 @@ class file {
     bool direct_ = false;
     open_mode mode_ = open_mode::read;
     file_kind kind_ = file_kind::regular;
-    std::string path_;
+    std::shared_ptr<const std::string> path_;
     dio_alignment alignment_;
 };
 
 // ---------------------------------------------------------------------------------------------
 
+namespace detail {
+
+// A path as messages show it: a NUL byte as "\0".
+inline std::string printable_path(const std::string& path) {
+    std::string text;
+    for (const char c : path)
+        text += c == '\0' ? std::string("\\0") : std::string(1, c);
+    return text;
+}
+
+}  // namespace detail
+
+inline const char* file::refusal(file_kind kind, dev_t device) noexcept {
+    switch (kind) {
+        case file_kind::regular:
+        case file_kind::block_device:
+            return nullptr;
+        case file_kind::character_device:
+            // The memory devices (major 1) that answer at once and read or write anything:
+            // null (3), zero (5), random (8), urandom (9).
+            if (major(device) == 1) {
+                const unsigned number = minor(device);
+                if (number == 3 || number == 5 || number == 8 || number == 9) return nullptr;
+            }
+            return "a character device other than /dev/null, /dev/zero, /dev/random or "
+                   "/dev/urandom: it may have no file offsets or wait for input (a terminal), "
+                   "and an NVMe controller such as /dev/nvme0 is not its namespace; nvmeio needs "
+                   "a regular file or a block device such as /dev/nvme0n1";
+        case file_kind::fifo:
+            return "a FIFO has no file offsets; nvmeio needs a regular file or a block device";
+        case file_kind::socket:
+            return "a socket has no file offsets; nvmeio needs a regular file or a block device";
+        case file_kind::other:
+            break;
+    }
+    return "not a regular file, a block device or a memory character device";
+}
+
 inline io_failure file::open_impl(std::string path, open_mode mode, direct_io direct) {
+    if (const std::size_t nul = path.find('\0'); nul != std::string::npos) {
+        detail::throw_invalid("open of '" + detail::printable_path(path) +
+                              "': the path has a NUL byte at position " + std::to_string(nul) +
+                              " (the system would open '" + path.substr(0, nul) + "' instead)");
+    }
     close_quietly();
-    path_ = std::move(path);
+    path_ = std::make_shared<const std::string>(std::move(path));
+    const std::string& name = *path_;
     mode_ = mode;
-    int flags = O_CLOEXEC;
+    // O_NONBLOCK so that opening a FIFO does not wait for a peer; cleared below for what is served
+    // (io_uring would otherwise answer EAGAIN instead of waiting for the device).
+    int flags = O_CLOEXEC | O_NONBLOCK;
     switch (mode) {
         case open_mode::read:
             flags |= O_RDONLY;
@@ -286,7 +374,7 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
     auto try_open = [&](int extra) {
         int fd;
         do {
-            fd = ::open(path_.c_str(), flags | extra, 0666);
+            fd = ::open(name.c_str(), flags | extra, 0666);
         } while (fd < 0 && errno == EINTR);
         return fd;
     };
@@ -301,17 +389,23 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
         refused = fd >= 0;
     }
     if (fd < 0) {
-        return {detail::errno_code(errno), direct_ ? "open with O_DIRECT" : "open", path_, 0, 0};
+        const int error = errno;
+        struct stat st {};
+        if (error == ENXIO && ::stat(name.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+            return {detail::errno_code(error),
+                    std::string("open (") + refusal(file_kind::socket, 0) + ")", name, 0, 0};
+        }
+        return {detail::errno_code(error), direct_ ? "open with O_DIRECT" : "open", name, 0, 0};
     }
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
         const int error = errno;
         ::close(fd);
-        return {detail::errno_code(error), "fstat after open", path_, 0, 0};
+        return {detail::errno_code(error), "fstat after open", name, 0, 0};
     }
     if (S_ISDIR(st.st_mode)) {
         ::close(fd);
-        return {detail::errno_code(EISDIR), "open", path_, 0, 0};
+        return {detail::errno_code(EISDIR), "open", name, 0, 0};
     }
     kind_ = S_ISREG(st.st_mode)    ? file_kind::regular
             : S_ISBLK(st.st_mode)  ? file_kind::block_device
@@ -319,16 +413,48 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
             : S_ISFIFO(st.st_mode) ? file_kind::fifo
             : S_ISSOCK(st.st_mode) ? file_kind::socket
                                    : file_kind::other;
+    if (const char* why = refusal(kind_, st.st_rdev)) {
+        ::close(fd);
+        return {detail::errno_code(kind_ == file_kind::fifo ? ESPIPE : ENOTSUP),
+                std::string("open (") + why + ")", name, 0, 0};
+    }
     if (refused && direct == direct_io::on) {
         ::close(fd);
         return {detail::errno_code(EINVAL),
-                "open with O_DIRECT (the filesystem refuses direct I/O; use direct_io::automatic "
-                "or direct_io::off)",
-                path_, 0, 0};
+                kind_ == file_kind::character_device
+                    ? "open with O_DIRECT (a character device has no direct I/O; use "
+                      "direct_io::automatic or direct_io::off)"
+                    : "open with O_DIRECT (the filesystem refuses direct I/O; use "
+                      "direct_io::automatic or direct_io::off)",
+                name, 0, 0};
+    }
+    const int status = ::fcntl(fd, F_GETFL);
+    if (status < 0 || ::fcntl(fd, F_SETFL, status & ~O_NONBLOCK) != 0) {
+        const int error = errno;
+        ::close(fd);
+        return {detail::errno_code(error), "fcntl(F_SETFL) after open", name, 0, 0};
     }
     fd_ = fd;
     alignment_ = query_dio_alignment(fd_);
     return {};
+}
+
+inline std::uint64_t file::size(std::error_code& ec) const noexcept {
+    ec.clear();
+    if (!is_open()) {
+        ec = detail::errno_code(EBADF);
+        return 0;
+    }
+    if (kind_ == file_kind::block_device) {
+        std::uint64_t bytes = 0;
+        if (::ioctl(fd_, BLKGETSIZE64, &bytes) == 0) return bytes;
+        ec = detail::errno_code(errno);
+        return 0;
+    }
+    struct stat st {};
+    if (::fstat(fd_, &st) == 0) return static_cast<std::uint64_t>(st.st_size);
+    ec = detail::errno_code(errno);
+    return 0;
 }
 
 inline std::size_t file::read_plain(void* buffer, std::size_t length, std::uint64_t offset,
@@ -340,7 +466,7 @@ inline std::size_t file::read_plain(void* buffer, std::size_t length, std::uint6
             ::pread(fd_, out + done, length - done, static_cast<off_t>(offset + done));
         if (got < 0) {
             if (errno == EINTR || errno == EAGAIN) continue;
-            failure = {detail::errno_code(errno), "read", path_, offset + done, length - done};
+            failure = {detail::errno_code(errno), "read", path(), offset + done, length - done};
             return done;
         }
         if (got == 0) break;  // end of file
@@ -361,11 +487,11 @@ inline bool file::write_plain(const void* buffer, std::size_t length, std::uint6
             ::pwrite(fd_, in + done, length - done, static_cast<off_t>(offset + done));
         if (put < 0) {
             if (errno == EINTR || errno == EAGAIN) continue;
-            failure = {detail::errno_code(errno), "write", path_, offset + done, length - done};
+            failure = {detail::errno_code(errno), "write", path(), offset + done, length - done};
             return false;
         }
         if (put == 0) {  // no progress and no error: the device is full in all but name
-            failure = {detail::errno_code(ENOSPC), "write", path_, offset + done, length - done};
+            failure = {detail::errno_code(ENOSPC), "write", path(), offset + done, length - done};
             return false;
         }
         done += static_cast<std::size_t>(put);
@@ -381,6 +507,10 @@ inline constexpr std::size_t bounce_size = 64 * 1024;
 inline std::size_t file::read_at(void* buffer, std::size_t length, std::uint64_t offset,
                                  io_failure& failure) {
     failure = {};
+    if (!is_open()) {
+        failure = {detail::errno_code(EBADF), operation_name("read"), path(), offset, length};
+        return 0;
+    }
     const std::size_t unit = required_alignment();
     if (unit == 1 || (is_aligned(buffer, alignment_.memory) && is_aligned(offset, unit) &&
                       is_aligned(length, unit))) {
@@ -395,8 +525,25 @@ inline std::size_t file::read_at(void* buffer, std::size_t length, std::uint64_t
         const std::uint64_t position = offset + done;
         const std::uint64_t start = align_down(position, unit);
         const std::size_t skip = static_cast<std::size_t>(position - start);
-        const std::size_t want = std::min(length - done, bounce.capacity() - skip);
-        const std::size_t span = static_cast<std::size_t>(align_up(skip + want, unit));
+        std::size_t want = std::min(length - done, bounce.capacity() - skip);
+        std::size_t span = static_cast<std::size_t>(align_up(skip + want, unit));
+        // The kernel refuses a range ending past 2^63 - 1, so O_DIRECT cannot address the last
+        // unit below it (a buffered read of those bytes is the end of the file).
+        constexpr auto max_offset = static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
+        if (start <= max_offset && span > max_offset - start) {
+            const auto reachable = static_cast<std::size_t>(align_down(max_offset - start, unit));
+            if (reachable <= skip) {
+                std::error_code ignored;
+                if (size(ignored) <= position && !ignored) break;  // the file ends before
+                failure = {detail::errno_code(EOVERFLOW),
+                           "read (O_DIRECT cannot address the last alignment unit below 2^63; "
+                           "open with direct_io::off)",
+                           path(), position, length - done};
+                return done;
+            }
+            span = reachable;
+            want = span - skip;
+        }
         const std::size_t got = read_plain(bounce.data(), span, start, failure);
         if (failure) {
             failure.offset = position;
@@ -415,6 +562,10 @@ inline std::size_t file::read_at(void* buffer, std::size_t length, std::uint64_t
 inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t offset,
                            io_failure& failure) {
     failure = {};
+    if (!is_open()) {
+        failure = {detail::errno_code(EBADF), operation_name("write"), path(), offset, length};
+        return;
+    }
     const std::size_t unit = required_alignment();
     if (unit == 1 || (is_aligned(buffer, alignment_.memory) && is_aligned(offset, unit) &&
                       is_aligned(length, unit))) {
@@ -455,7 +606,7 @@ inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t
                 std::error_code ec;
                 truncate(keep, ec);
                 if (ec) {
-                    failure = {ec, "truncate (after an unaligned write)", path_, keep, 0};
+                    failure = {ec, "truncate (after an unaligned write)", path(), keep, 0};
                     return;
                 }
             }

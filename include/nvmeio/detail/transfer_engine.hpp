@@ -180,6 +180,7 @@ class transfer_engine {
     // XFS, which defeats the queue. Allocating the range first (fallocate never shrinks a file,
     // so concurrent writers of other ranges are safe) keeps the submissions asynchronous.
     void reserve_range() {
+        if (file_.kind() != file_kind::regular) return;  // devices have a fixed size
         std::error_code ec;
         const std::uint64_t size = file_.size(ec);
         if (ec || size >= offset_ + length_) return;

@@ -1,7 +1,7 @@
 #pragma once
-/// \file fio_runner.hpp
-/// Runs fio on the same file with the same block size, queue depth, threads and O_DIRECT as an
-/// nvmeio configuration, and reads its JSON output.
+/// \file fio.hpp
+/// Runs fio on the same file with the same block size, queue depth, threads, backend (libaio or
+/// io_uring) and O_DIRECT as an nvmeio configuration, and reads its JSON output.
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench_common.hpp"
+#include "run.hpp"
 
 namespace nvmeio::bench {
 
@@ -99,17 +99,26 @@ struct fio_result {
     }
 };
 
-/// The fio command line equivalent to `config` moving `size` bytes: libaio, O_DIRECT, one job per
-/// thread, each job on the same contiguous slice nvmeio's thread would move.
+/// fio's --ioengine for a backend.
+[[nodiscard]] inline const char* fio_engine(support::backend_kind backend) noexcept {
+    return backend == support::backend_kind::io_uring ? "io_uring" : "libaio";
+}
+
+/// The fio command line equivalent to `config` moving `size` bytes: the same engine, O_DIRECT,
+/// one job per thread, job i on [i * size / P, (i + 1) * size / P), which is how the parallel
+/// context splits a size that is a multiple of P block sizes. Other sizes are
+/// std::invalid_argument: fio gives every job the same size and could not move the same bytes.
 [[nodiscard]] inline std::vector<std::string> fio_command(const std::string& fio,
                                                           const run_config& config,
                                                           std::uint64_t size) {
-    const std::vector<slice> slices = split(size, config.threads, config.block_size);
-    unsigned jobs = 0;
-    for (const slice& s : slices)
-        jobs += s.length > 0 ? 1 : 0;
-    // fio gives every job the same size; nvmeio's split gives equal slices but for the last.
-    const std::uint64_t per = slices.front().length;
+    const std::uint64_t split = std::uint64_t{config.threads} * config.block_size;
+    if (config.threads == 0 || config.block_size == 0 || size % split != 0) {
+        throw std::invalid_argument("fio comparison: " + std::to_string(size) +
+                                    " bytes are not a multiple of " +
+                                    std::to_string(config.threads) + " threads x " +
+                                    std::to_string(config.block_size) + "-byte blocks");
+    }
+    const std::uint64_t per = size / config.threads;
     return {fio,
             "--name=nvmeio-vs-fio",
             "--filename=" + config.path,
@@ -117,10 +126,10 @@ struct fio_result {
             "--bs=" + std::to_string(config.block_size),
             "--iodepth=" + std::to_string(config.queue_depth),
             "--size=" + std::to_string(per),
-            "--numjobs=" + std::to_string(jobs),
+            "--numjobs=" + std::to_string(config.threads),
             "--offset_increment=" + std::to_string(per),
             "--direct=1",
-            "--ioengine=libaio",
+            std::string("--ioengine=") + fio_engine(config.backend),
             "--thread",
             "--invalidate=0",
             "--output-format=json"};
@@ -139,6 +148,7 @@ struct fio_result {
     try {
         // fio may print notes before its JSON.
         const std::size_t brace = ran.output.find('{');
+        if (brace == std::string::npos) throw std::runtime_error("no JSON in fio's output");
         const nlohmann::json doc = nlohmann::json::parse(ran.output.substr(brace));
         const char* side = config.op == operation::read ? "read" : "write";
         for (const nlohmann::json& job : doc.at("jobs")) {

@@ -1,0 +1,176 @@
+#pragma once
+/// \file run.hpp
+/// One measured pass of an nvmeio configuration: P threads on the library's
+/// basic_parallel_context<Backend>, O_DIRECT, the process's CPU time around it. Shared by
+/// nvmeio-bench and nvmeio-tune.
+
+#include <nvmeio/nvmeio.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+#include "support/cli.hpp"
+#include "support/machine.hpp"
+#include "support/pattern.hpp"
+#include "support/target.hpp"
+
+namespace nvmeio::bench {
+
+/// Bytes in a GiB, the unit of "CPU seconds per GiB".
+inline constexpr double gib = 1073741824.0;
+
+/// One configuration of the nvmeio engine.
+struct run_config {
+    operation op = operation::read;                      ///< Direction.
+    std::string path;                                    ///< The file or block device.
+    std::uint64_t size = 0;                              ///< Bytes moved per pass.
+    std::size_t block_size = std::size_t{1} << 20;       ///< Bytes per request.
+    unsigned queue_depth = 32;                           ///< Requests in flight per thread.
+    strategy_kind strategy = strategy_kind::overlapped;  ///< Overlapped or sequential.
+    submit_mode submit = submit_mode::block;             ///< Single or block submit.
+    unsigned threads = 1;                                ///< P: threads of the parallel context.
+    support::backend_kind backend = support::backend_kind::libaio;  ///< libaio or io_uring.
+};
+
+/// What one measured pass did.
+struct run_result {
+    transfer_perf perf;      ///< The parallel context's record: latencies merged, e2e, bytes.
+    double cpu_seconds = 0;  ///< User + system CPU of the whole process during the pass.
+    /// CPU seconds spent per GiB moved.
+    [[nodiscard]] double cpu_seconds_per_gib() const noexcept {
+        return perf.bytes > 0 ? cpu_seconds / (static_cast<double>(perf.bytes) / gib) : 0;
+    }
+};
+
+/// The buffer a tool moves: `fresh` leaves its pages untouched (the first pass pays for faulting
+/// them in, as a program's first load does); otherwise every page is touched up front.
+struct buffer_choice {
+    bool fresh = false;       ///< Do not pre-touch.
+    bool huge_pages = false;  ///< madvise(MADV_HUGEPAGE).
+};
+
+/// Makes sure `target` holds at least `size` bytes: a missing file is created with the generated
+/// pattern through O_DIRECT and flushed (returns true); an existing file or device that is long
+/// enough is used as it is (false). Shorter is a usage_error naming both sizes: the tools never
+/// overwrite a file to grow it.
+inline bool prepare_target(const support::target_info& target, std::uint64_t size) {
+    if (target.exists) {
+        if (target.size >= size) return false;
+        throw support::usage_error(
+            "--size", "'" + target.path + "' has " + std::to_string(target.size) +
+                          " bytes, fewer than the " + std::to_string(size) +
+                          " asked for; the tools create missing files only (remove it, or ask "
+                          "for at most " +
+                          std::to_string(target.size) + " bytes)");
+    }
+    file f(target.path, open_mode::write, direct_io::automatic);
+    const std::size_t chunk = std::size_t{8} << 20;
+    aligned_buffer buffer(chunk);
+    aio_context context({16, std::size_t{1} << 20});
+    for (std::uint64_t at = 0; at < size; at += chunk) {
+        const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - at));
+        support::fill_pattern(buffer.data(), n, at);
+        (void)nvmeio::write(context, f, buffer.data(), n, at);
+    }
+    f.sync();
+    return true;
+}
+
+/// Runs configurations against one buffer that holds the whole range. Write passes write the
+/// buffer's bytes back: call `load()` first so that those are the file's own bytes and a write
+/// benchmark leaves the file (or device) as it found it.
+class runner {
+  public:
+    /// Allocates a buffer of `size` bytes as `choice` says.
+    runner(std::uint64_t size, buffer_choice choice)
+        : size_(size),
+          buffer_(static_cast<std::size_t>(size), 4096,
+                  buffer_options{!choice.fresh, choice.huge_pages, false}) {}
+
+    /// The buffer: after a read pass, the bytes read.
+    [[nodiscard]] std::byte* data() noexcept { return buffer_.data(); }
+    /// Bytes per pass.
+    [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
+
+    /// Reads the first `size()` bytes of `path` into the buffer (not measured).
+    void load(const std::string& path) {
+        file f(path, open_mode::read, direct_io::automatic);
+        aio_context context({16, std::size_t{1} << 20});
+        const transfer_result r = nvmeio::read(context, f, buffer_, buffer_.size(), 0);
+        if (r.bytes < size_) {
+            throw std::runtime_error("'" + path + "' is shorter than " + std::to_string(size_) +
+                                     " bytes");
+        }
+    }
+
+    /// One timed pass of `config` (config.size is ignored: the pass moves `size()` bytes). The
+    /// parallel context is created before the clock starts and kept for the next pass with the
+    /// same backend, threads, depth and block size. Throws io_error / std::invalid_argument.
+    run_result run(const run_config& config) {
+        return support::with_backend(config.backend, [&](auto tag) {
+            using backend = typename decltype(tag)::type;
+            return run_on(contexts_.get<backend>(config), config);
+        });
+    }
+
+  private:
+    template <class Backend>
+    run_result run_on(basic_parallel_context<Backend>& context, const run_config& config) {
+        const open_mode mode =
+            config.op == operation::read ? open_mode::read : open_mode::read_write;
+        file f(config.path, mode, direct_io::on);
+        const transfer_config transfer{config.strategy, config.submit, true};
+        const support::cpu_times before = support::process_cpu_times();
+        const transfer_result r =
+            context.transfer(f, config.op, buffer_.data(), buffer_.size(), 0, transfer);
+        const support::cpu_times after = support::process_cpu_times();
+        if (r.bytes != size_) {
+            throw std::runtime_error("moved " + std::to_string(r.bytes) + " of " +
+                                     std::to_string(size_) + " bytes of '" + config.path + "'");
+        }
+        return {r.perf, after.total() - before.total()};
+    }
+
+    // The last parallel context made, per backend, and what it was made for.
+    struct context_cache {
+        using key = std::tuple<unsigned, unsigned, std::size_t>;
+        std::optional<basic_parallel_context<libaio_backend>> libaio;
+        key libaio_key{};
+#if NVMEIO_HAS_IO_URING
+        std::optional<basic_parallel_context<io_uring_backend>> io_uring;
+        key io_uring_key{};
+#endif
+        template <class Backend>
+        basic_parallel_context<Backend>& get(const run_config& c) {
+            const key wanted{c.threads, c.queue_depth, c.block_size};
+            auto [slot, slot_key] = slot_of<Backend>();
+            if (!slot->has_value() || *slot_key != wanted) {
+                slot->reset();
+                parallel_options options;
+                options.threads = c.threads;
+                options.context = {c.queue_depth, c.block_size};
+                slot->emplace(options);
+                *slot_key = wanted;
+            }
+            return **slot;
+        }
+        template <class Backend>
+        auto slot_of() {
+#if NVMEIO_HAS_IO_URING
+            if constexpr (std::is_same_v<Backend, io_uring_backend>)
+                return std::make_pair(&io_uring, &io_uring_key);
+            else
+#endif
+                return std::make_pair(&libaio, &libaio_key);
+        }
+    };
+
+    std::uint64_t size_;
+    aligned_buffer buffer_;
+    context_cache contexts_;
+};
+
+}  // namespace nvmeio::bench

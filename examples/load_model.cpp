@@ -92,6 +92,7 @@ plan read_command_line(int argc, char** argv) {
     support::add_count_option(app, "--alignment", p.spec.alignment,
                               "--generate: GGUF general.alignment (a power of two)", 1u, 1u << 30);
     support::parse_command_line(app, argc, argv);
+    p.flags.check();
     p.generate = generate->count() != 0;
     if (p.staging_size % 4096 != 0)
         throw support::usage_error("--staging-size", "must be a multiple of 4K");
@@ -177,6 +178,7 @@ int main(int argc, char** argv) {
             });
             std::cout << "generated " << p.path << "\n";
         }
+        p.flags.check_against(nvmeio::file(p.path, nvmeio::open_mode::read, p.flags.direct));
         const model::model_layout layout = model::read_layout(p.path);
         if (layout.file_size > support::physical_memory_bytes()) {
             throw support::usage_error("file", "'" + p.path + "' (" +

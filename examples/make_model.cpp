@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
                                   "GGUF general.alignment (a power of two)", 1u, 1u << 30);
         flags.add_to(app);
         support::parse_command_line(app, argc, argv);
+        flags.check();
         if ((spec.alignment & (spec.alignment - 1)) != 0)
             throw support::usage_error("--alignment", "must be a power of two");
 

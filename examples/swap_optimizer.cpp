@@ -96,6 +96,7 @@ plan read_command_line(int argc, char** argv) {
     app.add_flag("--warm", p.warm, "do not drop the page cache before each run (reported WARM)");
     p.flags.add_to(app);
     support::parse_command_line(app, argc, argv);
+    p.flags.check();
     if (p.flags.direct != nvmeio::direct_io::off && p.elements % 1024 != 0)
         throw support::usage_error("--elements",
                                    "must be a multiple of 1024 for O_DIRECT "

@@ -130,6 +130,86 @@ inline std::vector<std::uint64_t> pick_shape(std::mt19937_64& random, std::uint6
 
 }  // namespace detail
 
+namespace detail {
+
+// Tensors of about spec.bytes in all, cycling through the element types, at offsets relative
+// to the data section; returns the data section's length.
+inline std::uint64_t plan_tensors(const model_spec& spec, std::vector<tensor_info>& tensors) {
+    std::mt19937_64 random(spec.seed);
+    const std::uint64_t average = std::max<std::uint64_t>(1, spec.bytes / spec.tensors);
+    std::uint64_t data_length = 0;
+    for (std::uint64_t i = 0; i < spec.tensors; ++i) {
+        tensor_info t;
+        const std::uint64_t target = average / 4 + random() % (average * 3 / 2 + 1);
+        if (spec.kind == format::gguf) {
+            const ggml_type_info& type = ggml_types[i % std::size(ggml_types)];
+            t.type = type.name;
+            t.shape = pick_shape(random, target, type.block_elements, type.block_bytes);
+            t.size = *element_count(t.shape) / type.block_elements * type.block_bytes;
+            data_length = (data_length + spec.alignment - 1) / spec.alignment * spec.alignment;
+        } else {
+            const dtype_info& type = safetensors_dtypes[i % std::size(safetensors_dtypes)];
+            t.type = type.name;
+            t.shape = pick_shape(random, target, 1, type.bytes);
+            t.size = *element_count(t.shape) * type.bytes;
+        }
+        t.name = "blk." + std::to_string(i / 7) + ".tensor_" + std::to_string(i % 7);
+        t.offset = data_length;
+        data_length += t.size;
+        tensors.push_back(std::move(t));
+    }
+    return data_length;
+}
+
+// The GGUF header: magic, version, counts, key/values, tensor infos (offsets still relative).
+inline void put_gguf_header(const model_spec& spec, planned_model& plan) {
+    model_layout& layout = plan.layout;
+    byte_writer w{plan.header};
+    layout.version = spec.version;
+    layout.alignment = spec.alignment;
+    layout.architecture = "nvmeio-generated";
+    w.put<std::uint32_t>(0x46554747u);
+    w.put<std::uint32_t>(spec.version);
+    w.put<std::uint64_t>(layout.tensors.size());
+    const std::size_t count_at = plan.header.size();
+    w.put<std::uint64_t>(0);  // the key/value count, written once known
+    put_gguf_metadata(w, spec);
+    layout.metadata_count = w.keys;
+    for (std::size_t i = 0; i < 8; ++i)
+        plan.header[count_at + i] = static_cast<std::byte>(layout.metadata_count >> (8 * i));
+    for (const tensor_info& t : layout.tensors) {
+        w.put_string(t.name);
+        w.put<std::uint32_t>(static_cast<std::uint32_t>(t.shape.size()));
+        for (std::uint64_t d : t.shape)
+            w.put<std::uint64_t>(d);
+        w.put<std::uint32_t>(find_ggml_type(t.type)->id);
+        w.put<std::uint64_t>(t.offset);
+    }
+    layout.data_offset =
+        (plan.header.size() + spec.alignment - 1) / spec.alignment * spec.alignment;
+}
+
+// The safetensors header: length, then the JSON, padded so that the data starts unaligned.
+inline void put_safetensors_header(const model_spec& spec, planned_model& plan) {
+    model_layout& layout = plan.layout;
+    nlohmann::ordered_json header;
+    header["__metadata__"] = {{"format", "pt"}, {pattern_seed_key, std::to_string(spec.seed)}};
+    layout.metadata_count = 2;
+    for (const tensor_info& t : layout.tensors) {
+        header[t.name] = {
+            {"dtype", t.type}, {"shape", t.shape}, {"data_offsets", {t.offset, t.offset + t.size}}};
+    }
+    std::string text = header.dump();
+    if ((8 + text.size()) % 8 == 0) text += ' ';  // keep the data start off any alignment
+    byte_writer w{plan.header};
+    w.put<std::uint64_t>(text.size());
+    for (char c : text)
+        plan.header.push_back(static_cast<std::byte>(c));
+    layout.data_offset = plan.header.size();
+}
+
+}  // namespace detail
+
 /// Plans a file: its header bytes and the layout. Throws std::invalid_argument for a bad spec.
 inline planned_model plan_model(const model_spec& spec) {
     if (spec.tensors == 0) throw std::invalid_argument("a model needs at least one tensor");
@@ -139,72 +219,15 @@ inline planned_model plan_model(const model_spec& spec) {
         throw std::invalid_argument("GGUF alignment must be a power of two");
     if (spec.tensors > (std::uint64_t{1} << 20) || spec.bytes > (std::uint64_t{1} << 46))
         throw std::invalid_argument("at most 2^20 tensors and 64 TiB");
-    std::mt19937_64 random(spec.seed);
-    const std::uint64_t average = std::max<std::uint64_t>(1, spec.bytes / spec.tensors);
     planned_model plan;
     model_layout& layout = plan.layout;
     layout.kind = spec.kind;
     layout.pattern_seed = spec.seed;
-    std::uint64_t data_length = 0;
-    for (std::uint64_t i = 0; i < spec.tensors; ++i) {
-        tensor_info t;
-        const std::uint64_t target = average / 4 + random() % (average * 3 / 2 + 1);
-        if (spec.kind == format::gguf) {
-            const ggml_type_info& type = ggml_types[i % std::size(ggml_types)];
-            t.type = type.name;
-            t.shape = detail::pick_shape(random, target, type.block_elements, type.block_bytes);
-            t.size = *element_count(t.shape) / type.block_elements * type.block_bytes;
-            data_length = (data_length + spec.alignment - 1) / spec.alignment * spec.alignment;
-        } else {
-            const dtype_info& type = safetensors_dtypes[i % std::size(safetensors_dtypes)];
-            t.type = type.name;
-            t.shape = detail::pick_shape(random, target, 1, type.bytes);
-            t.size = *element_count(t.shape) * type.bytes;
-        }
-        t.name = "blk." + std::to_string(i / 7) + ".tensor_" + std::to_string(i % 7);
-        t.offset = data_length;  // relative for now
-        data_length += t.size;
-        layout.tensors.push_back(std::move(t));
-    }
-    detail::byte_writer w{plan.header};
+    const std::uint64_t data_length = detail::plan_tensors(spec, layout.tensors);
     if (spec.kind == format::gguf) {
-        layout.version = spec.version;
-        layout.alignment = spec.alignment;
-        layout.architecture = "nvmeio-generated";
-        w.put<std::uint32_t>(0x46554747u);
-        w.put<std::uint32_t>(spec.version);
-        w.put<std::uint64_t>(layout.tensors.size());
-        const std::size_t count_at = plan.header.size();
-        w.put<std::uint64_t>(0);
-        detail::put_gguf_metadata(w, spec);
-        layout.metadata_count = w.keys;
-        for (std::size_t i = 0; i < 8; ++i)
-            plan.header[count_at + i] = static_cast<std::byte>(layout.metadata_count >> (8 * i));
-        for (const tensor_info& t : layout.tensors) {
-            w.put_string(t.name);
-            w.put<std::uint32_t>(static_cast<std::uint32_t>(t.shape.size()));
-            for (std::uint64_t d : t.shape)
-                w.put<std::uint64_t>(d);
-            w.put<std::uint32_t>(find_ggml_type(t.type)->id);
-            w.put<std::uint64_t>(t.offset);
-        }
-        layout.data_offset =
-            (plan.header.size() + spec.alignment - 1) / spec.alignment * spec.alignment;
+        detail::put_gguf_header(spec, plan);
     } else {
-        nlohmann::ordered_json header;
-        header["__metadata__"] = {{"format", "pt"}, {pattern_seed_key, std::to_string(spec.seed)}};
-        layout.metadata_count = 2;
-        for (const tensor_info& t : layout.tensors) {
-            header[t.name] = {{"dtype", t.type},
-                              {"shape", t.shape},
-                              {"data_offsets", {t.offset, t.offset + t.size}}};
-        }
-        std::string text = header.dump();
-        if ((8 + text.size()) % 8 == 0) text += ' ';  // keep the data start off any alignment
-        w.put<std::uint64_t>(text.size());
-        for (char c : text)
-            plan.header.push_back(static_cast<std::byte>(c));
-        layout.data_offset = plan.header.size();
+        detail::put_safetensors_header(spec, plan);
     }
     plan.header.resize(layout.data_offset, std::byte{0});  // GGUF pads with zeros
     for (tensor_info& t : layout.tensors)

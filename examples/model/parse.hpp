@@ -232,15 +232,11 @@ inline void check_ranges(std::vector<tensor_info>& tensors, std::uint64_t data_o
 
 }  // namespace detail
 
-/// Parses a GGUF file from its first `available` bytes (`file_size` in all). Throws
-/// malformed_model; throws detail::need_more_bytes when `available < file_size` and the header
-/// goes on past `available`.
-inline model_layout parse_gguf(const std::byte* data, std::size_t available,
-                               std::uint64_t file_size, const std::string& path) {
-    detail::cursor in(data, available, file_size, path, format::gguf);
-    model_layout layout;
-    layout.kind = format::gguf;
-    layout.file_size = file_size;
+namespace detail {
+
+// Magic, version and the two counts; the counts are checked against the bytes left, since a
+// key/value takes at least 13 bytes and a tensor info at least 24.
+inline void read_gguf_header(cursor& in, model_layout& layout, std::uint64_t& tensor_count) {
     const auto magic = in.read<std::uint32_t>("magic");
     if (magic != 0x46554747u) in.fail("magic", "the file does not start with \"GGUF\"");
     const auto version = in.read<std::uint32_t>("version");
@@ -254,12 +250,10 @@ inline model_layout parse_gguf(const std::byte* data, std::size_t available,
         in.fail("version", std::to_string(version) + " is not supported; only versions 2 and 3");
     }
     layout.version = version;
-    const auto tensor_count = in.read<std::uint64_t>("tensor_count");
-    const auto kv_count = in.read<std::uint64_t>("metadata_kv_count");
-    // A key/value takes at least 13 bytes, a tensor info at least 24: refuse counts the file
-    // cannot hold before looping over them.
-    if (kv_count > in.file_left() / 13) {
-        in.fail("metadata_kv_count", std::to_string(kv_count) +
+    tensor_count = in.read<std::uint64_t>("tensor_count");
+    layout.metadata_count = in.read<std::uint64_t>("metadata_kv_count");
+    if (layout.metadata_count > in.file_left() / 13) {
+        in.fail("metadata_kv_count", std::to_string(layout.metadata_count) +
                                          " key/value pairs cannot fit in the file's " +
                                          std::to_string(in.file_left()) + " remaining bytes");
     }
@@ -268,72 +262,101 @@ inline model_layout parse_gguf(const std::byte* data, std::size_t available,
                                     " tensor infos cannot fit in the file's " +
                                     std::to_string(in.file_left()) + " remaining bytes");
     }
-    layout.metadata_count = kv_count;
+}
+
+// The key/values: general.alignment checked and kept, the architecture and the generators'
+// seed kept, every other value skipped with its counts checked.
+inline void read_gguf_metadata(cursor& in, model_layout& layout) {
     layout.alignment = 32;
     std::set<std::string> keys;
-    for (std::uint64_t i = 0; i < kv_count; ++i) {
+    for (std::uint64_t i = 0; i < layout.metadata_count; ++i) {
         const std::string field = "metadata key/value " + std::to_string(i);
         const std::string key = in.read_string(field + " key");
         const std::string named = field + " '" + key + "'";
         if (!keys.insert(key).second) in.fail(named, "the key appears twice");
         const auto type = in.read<std::uint32_t>(named + " type");
         if (key == "general.alignment") {
-            if (type != detail::gguf_uint32) {
+            if (type != gguf_uint32) {
                 in.fail(named, "must be a uint32 (type 4), not type " + std::to_string(type));
             }
             const auto alignment = in.read<std::uint32_t>(named);
-            if (!detail::is_power_of_two(alignment)) {
+            if (!is_power_of_two(alignment)) {
                 in.fail(named, std::to_string(alignment) + " is not a power of two");
             }
             layout.alignment = alignment;
-        } else if (key == "general.architecture" && type == detail::gguf_string) {
+        } else if (key == "general.architecture" && type == gguf_string) {
             layout.architecture = in.read_string(named);
-        } else if (key == pattern_seed_key && type == detail::gguf_uint64) {
+        } else if (key == pattern_seed_key && type == gguf_uint64) {
             layout.pattern_seed = in.read<std::uint64_t>(named);
         } else {
-            detail::skip_gguf_value(in, type, named, 0);
+            skip_gguf_value(in, type, named, 0);
         }
     }
+}
+
+// Tensor info `index`: name, shape, type, the size they give, and the offset relative to the
+// data section.
+inline tensor_info read_gguf_tensor_info(cursor& in, std::uint64_t index, std::uint64_t alignment) {
+    const std::string field = "tensor info " + std::to_string(index);
+    tensor_info t;
+    t.name = in.read_string(field + " name");
+    const std::string named = field + " '" + t.name + "'";
+    const auto dims = in.read<std::uint32_t>(named + " n_dims");
+    if (dims > 4) in.fail(named + " n_dims", std::to_string(dims) + " is more than 4");
+    for (std::uint32_t d = 0; d < dims; ++d)
+        t.shape.push_back(in.read<std::uint64_t>(named + " dimension " + std::to_string(d)));
+    const auto type_id = in.read<std::uint32_t>(named + " type");
+    const ggml_type_info* type = find_ggml_type(type_id);
+    if (type == nullptr) {
+        in.fail(named + " type", "ggml type " + std::to_string(type_id) +
+                                     " is unknown to this loader (known: F32, F16, BF16, "
+                                     "Q4_0..Q8_1, Q2_K..Q8_K, I8..I64, F64)");
+    }
+    t.type = type->name;
+    const std::optional<std::uint64_t> elements = element_count(t.shape);
+    if (!elements) {
+        in.fail(named + " shape", shape_text(t.shape) + " has more than 2^63 - 1 elements");
+    }
+    const std::uint64_t row = t.shape.empty() ? 1 : t.shape[0];
+    if (row % type->block_elements != 0) {
+        in.fail(named + " shape", "the first dimension " + std::to_string(row) +
+                                      " is not a multiple of " + type->name + "'s " +
+                                      std::to_string(type->block_elements) + "-element blocks");
+    }
+    const std::optional<std::uint64_t> size =
+        checked_mul(*elements / type->block_elements, type->block_bytes);
+    if (!size) in.fail(named, "its byte size does not fit in 64 bits");
+    t.size = *size;
+    t.offset = in.read<std::uint64_t>(named + " offset");
+    if (t.offset % alignment != 0) {
+        in.fail(named + " offset", std::to_string(t.offset) +
+                                       " is not a multiple of general.alignment (" +
+                                       std::to_string(alignment) + ")");
+    }
+    return t;
+}
+
+}  // namespace detail
+
+/// Parses a GGUF file from its first `available` bytes (`file_size` in all). Throws
+/// malformed_model; throws detail::need_more_bytes when `available < file_size` and the header
+/// goes on past `available`.
+inline model_layout parse_gguf(const std::byte* data, std::size_t available,
+                               std::uint64_t file_size, const std::string& path) {
+    detail::cursor in(data, available, file_size, path, format::gguf);
+    model_layout layout;
+    layout.kind = format::gguf;
+    layout.file_size = file_size;
+    std::uint64_t tensor_count = 0;
+    detail::read_gguf_header(in, layout, tensor_count);
+    detail::read_gguf_metadata(in, layout);
     std::set<std::string> names;
     for (std::uint64_t i = 0; i < tensor_count; ++i) {
-        const std::string field = "tensor info " + std::to_string(i);
-        tensor_info t;
-        t.name = in.read_string(field + " name");
-        const std::string named = field + " '" + t.name + "'";
-        if (!names.insert(t.name).second) in.fail(named, "the name appears twice");
-        const auto dims = in.read<std::uint32_t>(named + " n_dims");
-        if (dims > 4) in.fail(named + " n_dims", std::to_string(dims) + " is more than 4");
-        for (std::uint32_t d = 0; d < dims; ++d)
-            t.shape.push_back(in.read<std::uint64_t>(named + " dimension " + std::to_string(d)));
-        const auto type_id = in.read<std::uint32_t>(named + " type");
-        const ggml_type_info* type = find_ggml_type(type_id);
-        if (type == nullptr) {
-            in.fail(named + " type", "ggml type " + std::to_string(type_id) +
-                                         " is unknown to this loader (known: F32, F16, BF16, "
-                                         "Q4_0..Q8_1, Q2_K..Q8_K, I8..I64, F64)");
+        layout.tensors.push_back(detail::read_gguf_tensor_info(in, i, layout.alignment));
+        if (!names.insert(layout.tensors.back().name).second) {
+            in.fail("tensor info " + std::to_string(i) + " '" + layout.tensors.back().name + "'",
+                    "the name appears twice");
         }
-        t.type = type->name;
-        const std::optional<std::uint64_t> elements = element_count(t.shape);
-        if (!elements) {
-            in.fail(named + " shape", shape_text(t.shape) + " has more than 2^63 - 1 elements");
-        }
-        const std::uint64_t row = t.shape.empty() ? 1 : t.shape[0];
-        if (row % type->block_elements != 0) {
-            in.fail(named + " shape", "the first dimension " + std::to_string(row) +
-                                          " is not a multiple of " + type->name + "'s " +
-                                          std::to_string(type->block_elements) + "-element blocks");
-        }
-        const std::optional<std::uint64_t> size =
-            checked_mul(*elements / type->block_elements, type->block_bytes);
-        if (!size) in.fail(named, "its byte size does not fit in 64 bits");
-        t.size = *size;
-        t.offset = in.read<std::uint64_t>(named + " offset");
-        if (t.offset % layout.alignment != 0) {
-            in.fail(named + " offset", std::to_string(t.offset) +
-                                           " is not a multiple of general.alignment (" +
-                                           std::to_string(layout.alignment) + ")");
-        }
-        layout.tensors.push_back(std::move(t));
     }
     const std::uint64_t header_end = in.position();
     layout.data_offset = (header_end + layout.alignment - 1) / layout.alignment * layout.alignment;
@@ -345,6 +368,100 @@ inline model_layout parse_gguf(const std::byte* data, std::size_t available,
     detail::check_ranges(layout.tensors, layout.data_offset, file_size, in);
     return layout;
 }
+
+namespace detail {
+
+// "__metadata__": string values only; the generators' seed kept.
+inline void read_safetensors_metadata(const cursor& in, const nlohmann::json& entry,
+                                      model_layout& layout) {
+    if (!entry.is_object()) in.fail("__metadata__", "not a JSON object");
+    for (const auto& [key, value] : entry.items()) {
+        if (!value.is_string()) in.fail("__metadata__ '" + key + "'", "the value is not a string");
+        ++layout.metadata_count;
+        if (key != pattern_seed_key) continue;
+        const std::string& seed = value.get_ref<const std::string&>();
+        const bool digits =
+            !seed.empty() && seed.size() <= 19 &&
+            std::all_of(seed.begin(), seed.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (!digits) in.fail("__metadata__ '" + key + "'", "not a decimal number");
+        layout.pattern_seed = std::stoull(seed);
+    }
+}
+
+// One tensor entry: dtype, shape and data_offsets, checked against each other.
+inline tensor_info read_safetensors_tensor(const cursor& in, const std::string& name,
+                                           const nlohmann::json& entry, std::uint64_t data_offset) {
+    const std::string field = "tensor '" + name + "'";
+    if (!entry.is_object()) in.fail(field, "not a JSON object");
+    const auto dtype = entry.find("dtype");
+    const auto shape = entry.find("shape");
+    const auto offsets = entry.find("data_offsets");
+    if (dtype == entry.end() || !dtype->is_string()) {
+        in.fail(field + " dtype", "missing or not a string");
+    }
+    tensor_info t;
+    t.name = name;
+    t.type = dtype->get<std::string>();
+    const dtype_info* type = find_dtype(t.type);
+    if (type == nullptr) in.fail(field + " dtype", "unknown dtype '" + t.type + "'");
+    if (shape == entry.end() || !shape->is_array()) {
+        in.fail(field + " shape", "missing or not an array");
+    }
+    for (const nlohmann::json& d : *shape) {
+        if (!d.is_number_unsigned()) {
+            in.fail(field + " shape", "dimension " + d.dump() + " is not a non-negative integer");
+        }
+        t.shape.push_back(d.get<std::uint64_t>());
+    }
+    if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2 ||
+        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+        in.fail(field + " data_offsets", "must be two non-negative integers [begin, end]");
+    }
+    const auto begin = (*offsets)[0].get<std::uint64_t>();
+    const auto end = (*offsets)[1].get<std::uint64_t>();
+    if (end < begin) {
+        in.fail(field + " data_offsets",
+                "end " + std::to_string(end) + " is before begin " + std::to_string(begin));
+    }
+    const std::optional<std::uint64_t> elements = element_count(t.shape);
+    if (!elements) {
+        in.fail(field + " shape", shape_text(t.shape) + " has more than 2^63 - 1 elements");
+    }
+    const std::optional<std::uint64_t> size = checked_mul(*elements, type->bytes);
+    if (!size || *size != end - begin) {
+        in.fail(field + " data_offsets",
+                "[" + std::to_string(begin) + ", " + std::to_string(end) + ") holds " +
+                    std::to_string(end - begin) + " bytes but shape " + shape_text(t.shape) +
+                    " of " + t.type + " needs " +
+                    (size ? std::to_string(*size) : std::string("more than 2^64")));
+    }
+    const std::optional<std::uint64_t> absolute = checked_add(data_offset, begin);
+    if (!absolute) in.fail(field + " data_offsets", "begin passes 2^64 bytes");
+    t.offset = *absolute;
+    t.size = *size;
+    return t;
+}
+
+// safetensors forbids holes: the tensors (sorted, not overlapping) tile the data section.
+inline void check_no_holes(const cursor& in, const model_layout& layout) {
+    std::uint64_t expected = layout.data_offset;
+    for (const tensor_info& t : layout.tensors) {
+        if (t.offset != expected) {
+            in.fail("tensor '" + t.name + "' data_offsets",
+                    "starts at data byte " + std::to_string(t.offset - layout.data_offset) +
+                        " but the tensors before it end at " +
+                        std::to_string(expected - layout.data_offset) +
+                        " (safetensors allows no holes)");
+        }
+        expected = t.offset + t.size;
+    }
+    if (expected != layout.file_size) {
+        in.fail("data", std::to_string(layout.file_size - expected) +
+                            " bytes after the last tensor (safetensors allows no holes)");
+    }
+}
+
+}  // namespace detail
 
 /// Parses a safetensors file from its first `available` bytes (`file_size` in all). Throws
 /// malformed_model, or detail::need_more_bytes as parse_gguf does.
@@ -367,91 +484,14 @@ inline model_layout parse_safetensors(const std::byte* data, std::size_t availab
     layout.data_offset = 8 + header_length;
     for (const auto& [name, entry] : header.items()) {
         if (name == "__metadata__") {
-            if (!entry.is_object()) in.fail("__metadata__", "not a JSON object");
-            for (const auto& [key, value] : entry.items()) {
-                if (!value.is_string()) {
-                    in.fail("__metadata__ '" + key + "'", "the value is not a string");
-                }
-                ++layout.metadata_count;
-                if (key == pattern_seed_key) {
-                    const std::string& seed = value.get_ref<const std::string&>();
-                    const bool digits = !seed.empty() && seed.size() <= 19 &&
-                                        std::all_of(seed.begin(), seed.end(),
-                                                    [](char c) { return c >= '0' && c <= '9'; });
-                    if (!digits) in.fail("__metadata__ '" + key + "'", "not a decimal number");
-                    layout.pattern_seed = std::stoull(seed);
-                }
-            }
-            continue;
+            detail::read_safetensors_metadata(in, entry, layout);
+        } else {
+            layout.tensors.push_back(
+                detail::read_safetensors_tensor(in, name, entry, layout.data_offset));
         }
-        const std::string field = "tensor '" + name + "'";
-        if (!entry.is_object()) in.fail(field, "not a JSON object");
-        const auto dtype = entry.find("dtype");
-        const auto shape = entry.find("shape");
-        const auto offsets = entry.find("data_offsets");
-        if (dtype == entry.end() || !dtype->is_string()) {
-            in.fail(field + " dtype", "missing or not a string");
-        }
-        tensor_info t;
-        t.name = name;
-        t.type = dtype->get<std::string>();
-        const dtype_info* type = find_dtype(t.type);
-        if (type == nullptr) in.fail(field + " dtype", "unknown dtype '" + t.type + "'");
-        if (shape == entry.end() || !shape->is_array()) {
-            in.fail(field + " shape", "missing or not an array");
-        }
-        for (const nlohmann::json& d : *shape) {
-            if (!d.is_number_unsigned()) {
-                in.fail(field + " shape",
-                        "dimension " + d.dump() + " is not a non-negative integer");
-            }
-            t.shape.push_back(d.get<std::uint64_t>());
-        }
-        if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2 ||
-            !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
-            in.fail(field + " data_offsets", "must be two non-negative integers [begin, end]");
-        }
-        const auto begin = (*offsets)[0].get<std::uint64_t>();
-        const auto end = (*offsets)[1].get<std::uint64_t>();
-        if (end < begin) {
-            in.fail(field + " data_offsets",
-                    "end " + std::to_string(end) + " is before begin " + std::to_string(begin));
-        }
-        const std::optional<std::uint64_t> elements = element_count(t.shape);
-        if (!elements) {
-            in.fail(field + " shape", shape_text(t.shape) + " has more than 2^63 - 1 elements");
-        }
-        const std::optional<std::uint64_t> size = checked_mul(*elements, type->bytes);
-        if (!size || *size != end - begin) {
-            in.fail(field + " data_offsets",
-                    "[" + std::to_string(begin) + ", " + std::to_string(end) + ") holds " +
-                        std::to_string(end - begin) + " bytes but shape " + shape_text(t.shape) +
-                        " of " + t.type + " needs " +
-                        (size ? std::to_string(*size) : std::string("more than 2^64")));
-        }
-        const std::optional<std::uint64_t> absolute = checked_add(layout.data_offset, begin);
-        if (!absolute) in.fail(field + " data_offsets", "begin passes 2^64 bytes");
-        t.offset = *absolute;
-        t.size = *size;
-        layout.tensors.push_back(std::move(t));
     }
     detail::check_ranges(layout.tensors, layout.data_offset, file_size, in);
-    // safetensors forbids holes: the tensors tile the data section exactly.
-    std::uint64_t expected = layout.data_offset;
-    for (const tensor_info& t : layout.tensors) {
-        if (t.offset != expected) {
-            in.fail("tensor '" + t.name + "' data_offsets",
-                    "starts at data byte " + std::to_string(t.offset - layout.data_offset) +
-                        " but the tensors before it end at " +
-                        std::to_string(expected - layout.data_offset) +
-                        " (safetensors allows no holes)");
-        }
-        expected = t.offset + t.size;
-    }
-    if (expected != file_size) {
-        in.fail("data", std::to_string(file_size - expected) +
-                            " bytes after the last tensor (safetensors allows no holes)");
-    }
+    detail::check_no_holes(in, layout);
     return layout;
 }
 

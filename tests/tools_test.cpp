@@ -403,8 +403,10 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
     const char* demo = "NVMEIO_PROGRAM_NVMEIO_DEMO";
     const char* write_verify = "NVMEIO_PROGRAM_WRITE_VERIFY";
     const char* read_validate = "NVMEIO_PROGRAM_READ_VALIDATE";
-    const char* make_safetensors = "NVMEIO_PROGRAM_MAKE_SAFETENSORS";
-    const char* load_tensors = "NVMEIO_PROGRAM_LOAD_TENSORS";
+    const char* make_model = "NVMEIO_PROGRAM_MAKE_MODEL";
+    const char* load_model = "NVMEIO_PROGRAM_LOAD_MODEL";
+    const char* kv_offload = "NVMEIO_PROGRAM_KV_OFFLOAD";
+    const char* swap_optimizer = "NVMEIO_PROGRAM_SWAP_OPTIMIZER";
     const char* parallel_bench = "NVMEIO_PROGRAM_PARALLEL_BENCH";
     const char* batch_bench = "NVMEIO_PROGRAM_BATCH_BENCH";
     const char* compare_bench = "NVMEIO_PROGRAM_COMPARE_BENCH";
@@ -470,11 +472,37 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         {write_verify, "{F}", "--size"},
         {read_validate, "{F} -q abc", "--queue-depth"},
         {read_validate, "{F} --backend x", "--backend"},
-        {make_safetensors, "{F} 0", "tensors"},
-        {make_safetensors, "{F} abc", "tensors"},
-        {make_safetensors, "{F} 99999999999", "tensors"},
-        {make_safetensors, "{F} 5 -1", "seed"},
-        {load_tensors, "{F} -q 0", "--queue-depth"},
+        {make_model, "{F} --format zip", "--format"},
+        {make_model, "{F} --size 0", "--size"},
+        {make_model, "{F} --tensors 0", "--tensors"},
+        {make_model, "{F} --tensors 99999999999", "--tensors"},
+        {make_model, "{F} --seed -1", "--seed"},
+        {make_model, "{F} --alignment 48", "--alignment"},
+        {make_model, "{F} --gguf-version 1", "--gguf-version"},
+        {load_model, "{F} -q 0", "--queue-depth"},
+        {load_model, "{F} --rounds 0", "--rounds"},
+        {load_model, "{F} --method fast", "--method"},
+        {load_model, "{F} --threads 0", "--threads"},
+        {load_model, "{F} --staging-size 1000", "--staging-size"},
+        {load_model, "{F} --staging-buffers 0", "--staging-buffers"},
+        {load_model, "{F} --generate zip", "--generate"},
+        {load_model, "{F} --generate gguf --size -1", "--size"},
+        {load_model, "{F} --generate gguf --alignment 48", "--alignment"},
+        {load_model, "{F} --generate gguf --block-size 1000", "--block-size"},
+        {kv_offload, "{F} --layers 0", "--layers"},
+        {kv_offload, "{F} --kv-block 5000", "--kv-block"},
+        {kv_offload, "{F} --kv-block -1", "--kv-block"},
+        {kv_offload, "{F} --compute -1", "--compute"},
+        {kv_offload, "{F} --compute nan", "--compute"},
+        {kv_offload, "{F} --method x", "--method"},
+        {kv_offload, "{F} --layers 4096 --sequences 1048576 --blocks-per-sequence 1048576",
+         "--layers"},
+        {swap_optimizer, "{F} --workers 0", "--workers"},
+        {swap_optimizer, "{F} --files 0", "--files"},
+        {swap_optimizer, "{F} --elements 1000", "--elements"},
+        {swap_optimizer, "{F} --buffers 0", "--buffers"},
+        {swap_optimizer, "{F} --adam-passes abc", "--adam-passes"},
+        {swap_optimizer, "{F} --partitions 1048576 --elements 17179869184", "--partitions"},
         {parallel_bench, "--dir {D} --size -1", "--size"},
         {parallel_bench, "--dir {D} --mode x", "--mode"},
         {parallel_bench, "--dir {D} --files 0", "--files"},

@@ -2,7 +2,7 @@
 // after every round each byte must be the writer's byte, the byte that was there before, or zero
 // (never written), and the file exactly max(previous size, every end written) long.
 //
-// NVMEIO_WRITERS_ROUNDS  rounds per front end and mode (default 150; scripts/sanitize.sh lowers it)
+// NVMEIO_WRITERS_ROUNDS  rounds per front end and mode (default 100; scripts/sanitize.sh lowers it)
 // NVMEIO_WRITERS_SEED    the seed (default: random); printed on failure for a replay
 #define BOOST_TEST_MODULE concurrent_writers
 #include <boost/test/unit_test.hpp>
@@ -39,7 +39,9 @@ std::uint64_t env_number(const char* name, std::uint64_t fallback) {
     return text != nullptr && *text != '\0' ? std::strtoull(text, nullptr, 10) : fallback;
 }
 
-std::size_t rounds() { return static_cast<std::size_t>(env_number("NVMEIO_WRITERS_ROUNDS", 150)); }
+std::size_t rounds() {
+    return static_cast<std::size_t>(env_number("NVMEIO_WRITERS_ROUNDS", 100));
+}
 
 std::uint64_t seed() {
     static const std::uint64_t value = env_number("NVMEIO_WRITERS_SEED", std::random_device{}());
@@ -153,7 +155,9 @@ void play(const std::string& name, unsigned max_writers, std::size_t max_length,
           const front_end& write_all) {
     for (direct_io mode : {direct_io::on, direct_io::off}) {
         std::mt19937_64 rng(seed() ^ std::hash<std::string>{}(name + to_string(mode)));
-        temp_path path("writers_" + name);
+        // O_DIRECT on the disk under test; buffered on tmpfs, as fast as the logic allows.
+        temp_path path("writers_" + name, mode == direct_io::on ? nvmeio_test::scratch_dir()
+                                                                : std::string("/dev/shm"));
         std::size_t failures = 0;
         for (std::size_t round = 0; round < rounds() && failures == 0; ++round) {
             nvmeio_test::spew(path.str(), nullptr, 0);
@@ -201,18 +205,18 @@ BOOST_AUTO_TEST_CASE(write_at_from_several_threads_on_one_handle) {
 }
 
 BOOST_AUTO_TEST_CASE(write_at_through_several_handles_of_one_file) {
-    play("write_at_own_handles", 6, 3 * 64 * 1024 + 99,
-         [](std::mt19937_64& rng, file&, const std::string& path, direct_io mode,
-            round_plan& plan) {
-             const auto order = shuffled(rng, plan.ranges.size());
-             std::vector<file> handles;
-             for (std::size_t i = 0; i < order.size(); ++i)
-                 handles.emplace_back(path, open_mode::read_write, mode);
-             race(order.size(), [&](std::size_t i) {
-                 const writer_range& r = plan.ranges[order[i]];
-                 handles[i].write_at(r.bytes.data(), r.length, r.offset);
-             });
-         });
+    play(
+        "write_at_own_handles", 6, 3 * 64 * 1024 + 99,
+        [](std::mt19937_64& rng, file&, const std::string& path, direct_io mode, round_plan& plan) {
+            const auto order = shuffled(rng, plan.ranges.size());
+            std::vector<file> handles;
+            for (std::size_t i = 0; i < order.size(); ++i)
+                handles.emplace_back(path, open_mode::read_write, mode);
+            race(order.size(), [&](std::size_t i) {
+                const writer_range& r = plan.ranges[order[i]];
+                handles[i].write_at(r.bytes.data(), r.length, r.offset);
+            });
+        });
 }
 
 BOOST_AUTO_TEST_CASE(write_on_separate_contexts_of_every_backend) {
@@ -221,18 +225,21 @@ BOOST_AUTO_TEST_CASE(write_on_separate_contexts_of_every_backend) {
         if (!nvmeio_test::backend_usable<backend>()) return;
         std::vector<std::unique_ptr<basic_aio_context<backend>>> contexts;
         for (int i = 0; i < 5; ++i)
-            contexts.push_back(std::make_unique<basic_aio_context<backend>>(context_options{4, block}));
-        play(std::string("write_") + backend::name, 5, 200 * 1024 + 3,
-             [&](std::mt19937_64& rng, file& f, const std::string&, direct_io, round_plan& plan) {
-                 const auto order = shuffled(rng, plan.ranges.size());
-                 const auto configs = nvmeio_test::every_config();
-                 const transfer_config config = configs[rng() % configs.size()];
-                 race(order.size(), [&](std::size_t i) {
-                     writer_range& r = plan.ranges[order[i]];
-                     BOOST_TEST(write(*contexts[i], f, r.buffer.data(), r.length, r.offset, config)
-                                    .bytes == r.length);
-                 });
-             });
+            contexts.push_back(
+                std::make_unique<basic_aio_context<backend>>(context_options{4, block}));
+        play(
+            std::string("write_") + backend::name, 5, 200 * 1024 + 3,
+            [&](std::mt19937_64& rng, file& f, const std::string&, direct_io, round_plan& plan) {
+                const auto order = shuffled(rng, plan.ranges.size());
+                const auto configs = nvmeio_test::every_config();
+                const transfer_config config = configs[rng() % configs.size()];
+                race(order.size(), [&](std::size_t i) {
+                    writer_range& r = plan.ranges[order[i]];
+                    BOOST_TEST(
+                        write(*contexts[i], f, r.buffer.data(), r.length, r.offset, config).bytes ==
+                        r.length);
+                });
+            });
     });
 }
 

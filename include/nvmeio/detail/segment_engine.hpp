@@ -63,6 +63,11 @@ class segment_engine {
         for (unsigned i = queue_depth_; i > 0; --i)
             free_.push_back(i - 1);
         completions_.resize(std::min<std::size_t>(queue_depth_, 256));
+        // Every written segment first lies inside the file (see file::reserve_range).
+        if (op_ == operation::write) {
+            for (segment& s : segments_)
+                file_.reserve_range(s.offset, s.length, s.failure);
+        }
         while (!lost_) {
             fill();
             submit_pending();

@@ -177,22 +177,9 @@ class transfer_engine {
     }
 
     // An O_DIRECT write that grows the file is done synchronously inside io_submit on ext4 and
-    // XFS, which defeats the queue. Allocating the range first (fallocate never shrinks a file,
-    // so concurrent writers of other ranges are safe) keeps the submissions asynchronous.
-    void reserve_range() {
-        std::error_code ec;
-        const std::uint64_t size = file_.size(ec);
-        if (ec || size >= offset_ + length_) return;
-        int rc;
-        do {
-            rc = ::fallocate(file_.native_handle(), 0, static_cast<off_t>(offset_),
-                             static_cast<off_t>(length_));
-        } while (rc != 0 && errno == EINTR);
-        if (rc != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
-            fail({errno_code(errno), "write (reserving its range with fallocate)", file_.path(),
-                  offset_, length_});
-        }
-    }
+    // XFS, which defeats the queue; and a write that changes the size would race with other
+    // writers' tails. Reserving the range first (file.hpp) avoids both.
+    void reserve_range() { file_.reserve_range(offset_, length_, failure_); }
 
     void submit_pending(submit_mode mode) {
         std::size_t sent = 0;

@@ -280,6 +280,7 @@ batch_outcome transfer_batch(basic_aio_context<Backend>& context, file& f, opera
                              const std::vector<batch_request>& requests,
                              const batch_options& options = {}) {
     const std::vector<detail::batch_group> groups = detail::plan_batch(f, op, requests, options);
+    const auto busy = context.begin_transfer();
     batch_outcome outcome;
     outcome.results.resize(requests.size());
     std::vector<std::size_t> all(groups.size());

@@ -140,6 +140,7 @@ transfer_result transfer(basic_aio_context<Backend>& context, file& f, operation
     const std::string problem =
         detail::transfer_precondition(f, op, buffer, length, offset, context.block_size());
     if (!problem.empty()) detail::throw_invalid(problem);
+    const auto busy = context.begin_transfer();
     transfer_result result;
     if (length == 0) return result;
     detail::transfer_engine<Backend> engine(context.backend(), context.queue_depth(),

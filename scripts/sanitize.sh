@@ -25,9 +25,11 @@ configure_and_build() {  # dir flags
 }
 
 # The soak's job under a sanitizer is to walk every code path with memory checks on; the full
-# byte-exactness run (300 transfers) is in the normal test pass.
+# byte-exactness run (300 transfers) is in the normal test pass. The same for the racing writers
+# (100 rounds per front end and mode in the normal pass).
 run_ctest() {  # dir
     (cd "$1" && NVMEIO_SOAK_TRANSFERS="${NVMEIO_SOAK_TRANSFERS:-100}" \
+        NVMEIO_WRITERS_ROUNDS="${NVMEIO_WRITERS_ROUNDS:-12}" \
         ctest --output-on-failure --timeout 600 -j"$jobs" -LE packaging)
 }
 

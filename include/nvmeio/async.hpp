@@ -80,7 +80,8 @@ class transfer_handle {
         }
         return *this;
     }
-    /// Waits for the transfer (its outcome is dropped: call `wait` to see it).
+    /// Waits for the transfer (its outcome is dropped: call `wait` to see it); in a child after
+    /// fork it does not wait (the transfer is the parent's).
     ~transfer_handle() { release(); }
 
     /// True when the handle holds a transfer.

@@ -26,10 +26,12 @@ configure_and_build() {  # dir flags
 
 # The soak's job under a sanitizer is to walk every code path with memory checks on; the full
 # byte-exactness run (300 transfers) is in the normal test pass. Likewise fault_test's
-# front-end matrices run every third cell here and every cell in the normal pass.
+# front-end matrices run every third cell here and every cell in the normal pass, and the racing
+# writers run 12 rounds per front end and mode here (100 in the normal pass).
 run_ctest() {  # dir
     (cd "$1" && NVMEIO_SOAK_TRANSFERS="${NVMEIO_SOAK_TRANSFERS:-100}" \
         NVMEIO_FAULT_STRIDE="${NVMEIO_FAULT_STRIDE:-3}" \
+        NVMEIO_WRITERS_ROUNDS="${NVMEIO_WRITERS_ROUNDS:-12}" \
         ctest --output-on-failure --timeout 600 -j"$jobs" -LE packaging)
 }
 

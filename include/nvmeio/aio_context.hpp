@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "nvmeio/backend/libaio.hpp"
+#include "nvmeio/detail/context_guard.hpp"
 #include "nvmeio/error.hpp"
 
 namespace nvmeio {
@@ -23,7 +24,16 @@ struct context_options {
 
 /// A queue of asynchronous requests served by `Backend` (libaio by default).
 ///
-/// Not thread-safe: use one context per thread (issue transfers from one thread at a time).
+/// Not thread-safe: use one context per thread (issue transfers from one thread at a time). Two
+/// threads running transfers on one context at once is misuse that nvmeio detects: the second
+/// gets an `std::logic_error` at once, before it touches the queue, and the first is unaffected
+/// (a flag set for the duration of each transfer: one atomic exchange).
+///
+/// fork: the context belongs to the process that created it. In a child, a transfer on an
+/// inherited context is an `std::logic_error` (an io_uring's rings are shared with the parent,
+/// so a child reaping them would steal the parent's completions); destroying it is harmless (it
+/// releases the child's copy only and waits for nothing). Create new contexts in the child.
+///
 /// Destroying it waits for requests still in flight.
 template <class Backend = libaio_backend>
 class basic_aio_context {
@@ -50,6 +60,17 @@ class basic_aio_context {
     /// The backend, for strategies.
     [[nodiscard]] Backend& backend() noexcept { return backend_; }
 
+    /// What `begin_transfer` returns: the context is busy until it is destroyed.
+    using transfer_guard = detail::exclusive_use::claim;
+
+    /// Marks the context busy for one transfer; every transfer and batch calls it before it
+    /// touches the backend. Throws std::logic_error when another thread's transfer is running
+    /// on it, or in a process other than the one that created it (after fork).
+    [[nodiscard]] transfer_guard begin_transfer() {
+        creator_.require_current("aio_context");
+        return in_use_.acquire("aio_context");
+    }
+
   private:
     static context_options checked(context_options options) {
         if (options.queue_depth == 0)
@@ -60,6 +81,8 @@ class basic_aio_context {
 
     context_options options_;
     Backend backend_;
+    detail::creator_process creator_;
+    detail::exclusive_use in_use_;
 };
 
 /// The common case: native Linux AIO.

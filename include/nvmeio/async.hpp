@@ -13,6 +13,10 @@
 /// handle is destroyed). Destroying a handle waits for its transfer; destroying the context waits
 /// for every transfer still queued or running (call `cancel_pending()` first to drop those not
 /// started: their handles then report `std::errc::operation_canceled`).
+///
+/// fork: the workers exist only in the process that created the context. In a child, `submit`,
+/// `cancel_pending` and a handle's `wait`, `wait_for` and `ready` throw std::logic_error;
+/// destroying the context or a handle there waits for nothing (the transfer is the parent's).
 
 #include <chrono>
 #include <condition_variable>
@@ -26,6 +30,7 @@
 #include <utility>
 
 #include "nvmeio/aio_context.hpp"
+#include "nvmeio/detail/context_guard.hpp"
 #include "nvmeio/detail/worker_pool.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
@@ -43,6 +48,7 @@ struct async_state {
     transfer_result result;
     io_failure failure;
     std::exception_ptr error;  // anything but an I/O failure (std::bad_alloc...)
+    creator_process creator;   // the only process whose workers will ever finish it
 
     void finish() {
         std::lock_guard<std::mutex> lock(mutex);
@@ -69,13 +75,14 @@ class transfer_handle {
     /// Waits for this handle's transfer, then takes over the other's.
     transfer_handle& operator=(transfer_handle&& other) noexcept {
         if (this != &other) {
-            block();
+            release();
             state_ = std::move(other.state_);
         }
         return *this;
     }
-    /// Waits for the transfer (its outcome is dropped: call `wait` to see it).
-    ~transfer_handle() { block(); }
+    /// Waits for the transfer (its outcome is dropped: call `wait` to see it); in a child after
+    /// fork it does not wait (the transfer is the parent's).
+    ~transfer_handle() { release(); }
 
     /// True when the handle holds a transfer.
     [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
@@ -83,6 +90,7 @@ class transfer_handle {
     /// True when the transfer has finished (or there is none): `wait` will not block.
     [[nodiscard]] bool ready() const {
         if (!state_) return true;
+        state_->creator.require_current("transfer_handle");
         std::lock_guard<std::mutex> lock(state_->mutex);
         return state_->done;
     }
@@ -91,6 +99,7 @@ class transfer_handle {
     template <class Rep, class Period>
     [[nodiscard]] bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
         if (!state_) return true;
+        state_->creator.require_current("transfer_handle");
         std::unique_lock<std::mutex> lock(state_->mutex);
         return state_->done_signal.wait_for(lock, timeout, [this] { return state_->done; });
     }
@@ -100,6 +109,7 @@ class transfer_handle {
     transfer_result wait(io_failure& failure) const {
         failure = {};
         if (!state_) return {};
+        state_->creator.require_current("transfer_handle");
         block();
         if (state_->error) std::rethrow_exception(state_->error);
         failure = state_->failure;
@@ -123,6 +133,18 @@ class transfer_handle {
     }
 
   private:
+    // Waits for the transfer before the handle lets go of it. In a child after fork nothing
+    // would ever finish it, and its condition variable may have waiters that do not exist there
+    // (destroying it would wait for them forever): the child leaves the state allocated.
+    void release() noexcept {
+        if (state_ && !state_->creator.is_current()) {
+            (void)new std::shared_ptr<detail::async_state>(std::move(state_));
+            return;
+        }
+        block();
+        state_.reset();
+    }
+
     void block() const noexcept {
         if (!state_) return;
         std::unique_lock<std::mutex> lock(state_->mutex);
@@ -170,6 +192,7 @@ class basic_async_context {
     /// Throws std::invalid_argument now when a precondition of strategy.hpp is violated.
     [[nodiscard]] transfer_handle submit(file& f, operation op, void* buffer, std::size_t length,
                                          std::uint64_t offset, const transfer_config& config = {}) {
+        pool_.creator().require_current("async_context");
         detail::check_transfer(f, op, buffer, length, offset, block_size());
         auto state = std::make_shared<detail::async_state>();
         pool_.post(
@@ -193,7 +216,10 @@ class basic_async_context {
 
     /// Cancels the transfers no worker has started; returns how many. Their handles report
     /// std::errc::operation_canceled; running transfers finish normally.
-    std::size_t cancel_pending() { return pool_.cancel_pending(); }
+    std::size_t cancel_pending() {
+        pool_.creator().require_current("async_context");
+        return pool_.cancel_pending();
+    }
 
   private:
     detail::worker_pool<Backend> pool_;

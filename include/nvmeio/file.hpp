@@ -16,12 +16,14 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <utility>
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
+#include "nvmeio/detail/size_lock.hpp"
 #include "nvmeio/error.hpp"
 
 namespace nvmeio {
@@ -94,8 +96,30 @@ enum class file_kind {
 /// A closed or moved-from handle still knows its path: every operation on it is an `io_error`
 /// (EBADF) naming the file it held.
 ///
-/// Thread-safety: distinct handles are independent; one handle may be used by several threads for
-/// disjoint, alignment-unit-disjoint ranges.
+/// Thread-safety: distinct handles are independent; one handle may be used by several threads.
+///
+/// Concurrent writers: any number of writers in this process (threads on one handle, several
+/// handles of the file, and every front end built on them) may write disjoint ranges at once,
+/// with any lengths; none loses or damages another's bytes, and the file ends exactly
+/// `max(previous size, every end written)` long. On an O_DIRECT handle the ranges must not share
+/// an alignment unit (`alignment().strictest()` bytes, the O_DIRECT "sector"): the kernel writes
+/// whole units only, so two writers of one unit each rewrite the other's bytes in it with what
+/// they read before (last writer wins for the whole unit). Buffered handles have no such unit.
+///
+/// How: an O_DIRECT write whose length is not a unit multiple must write its last unit whole,
+/// which can grow the file past the writer's end; it then trims the file back. A trim to a size
+/// seen earlier would cut what another writer appended meanwhile, so every change of a regular
+/// file's size that nvmeio makes holds one mutex per file (device and inode), shared by every
+/// handle of that file in the process (detail/size_lock.hpp): a write first extends the file to
+/// its end (`reserve_range`: fallocate, else ftruncate up; never shrinking), after which its
+/// whole units never change the size; a last unit that passes the end is written and trimmed
+/// back under the mutex to the size that stood before it, which every other writer's end is
+/// already inside. The mutex is held for one fallocate, or for one merged unit and a truncate,
+/// never for a whole transfer. A second buffered descriptor for tails was not chosen: its page
+/// would be written back whole, and carry stale bytes over a neighbouring writer's O_DIRECT unit
+/// in the same page whenever the unit is smaller than a page (512-byte units are common).
+/// Writers in other processes are not covered: they do not share the mutex (use one process per
+/// file, or ranges whose ends are unit multiples, which never trim).
 class file {
   public:
     /// A handle that holds no file.
@@ -194,9 +218,10 @@ class file {
                         io_failure& failure);
 
     /// Writes exactly `length` bytes at `offset` from `buffer` (any alignment), retrying short
-    /// writes and EINTR. On an O_DIRECT handle, partial alignment units at either end are merged
-    /// with the file's bytes (read-modify-write) and the file never grows past `offset + length`
-    /// beyond its previous size.
+    /// writes and EINTR. The file is first extended to `offset + length` if shorter
+    /// (`reserve_range`). On an O_DIRECT handle, partial alignment units at either end are merged
+    /// with the file's bytes (read-modify-write) and the file ends `max(previous size, offset +
+    /// length)` long, also while other threads write other ranges (see the class comment).
     void write_at(const void* buffer, std::size_t length, std::uint64_t offset) {
         io_failure failure;
         write_at(buffer, length, offset, failure);
@@ -213,14 +238,55 @@ class file {
     void write_at(const void* buffer, std::size_t length, std::uint64_t offset,
                   io_failure& failure);
 
-    /// Sets the file's size.
+    /// Makes the file at least `offset + length` bytes long before a write of that range, so that
+    /// the write never changes its size: a shorter regular file gets the range allocated with
+    /// `fallocate` (where the filesystem has none, its size raised with `ftruncate`), under the
+    /// file's size mutex (see the class comment). Never shrinks a file; does nothing for ranges
+    /// already inside it and for block devices and other special files. Every write path of
+    /// nvmeio calls it first; on a full disk it fails before any byte moves (ENOSPC, "write
+    /// (reserving its range with fallocate)", the whole range).
+    void reserve_range(std::uint64_t offset, std::size_t length) {
+        io_failure failure;
+        reserve_range(offset, length, failure);
+        detail::throw_if(failure);
+    }
+    /// As above, reporting failure through `ec`.
+    void reserve_range(std::uint64_t offset, std::size_t length, std::error_code& ec) {
+        io_failure failure;
+        reserve_range(offset, length, failure);
+        ec = failure.code;
+    }
+    /// As above, recording everything about a failure in `failure`.
+    void reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure);
+
+    /// Sets the file's size (under the file's size mutex, so that no concurrent write of nvmeio
+    /// undoes it).
     void truncate(std::uint64_t size) {
         std::error_code ec;
         truncate(size, ec);
         detail::throw_if({ec, operation_name("truncate"), path(), size, 0});
     }
     /// Sets the file's size, reporting failure through `ec`.
-    void truncate(std::uint64_t size, std::error_code& ec) noexcept {
+    void truncate(std::uint64_t size, std::error_code& ec) {
+        std::unique_lock<std::mutex> lock;
+        if (size_lock_) lock = std::unique_lock<std::mutex>(*size_lock_);
+        truncate_unlocked(size, ec);
+    }
+
+    /// Undoes the padding of a write that wrote whole O_DIRECT units past its end: when the file
+    /// is exactly `padded_end` bytes long, cuts it to `keep`; otherwise (someone grew it further,
+    /// or it was never grown) leaves it. Regular files only; under the file's size mutex, like
+    /// every size change nvmeio makes.
+    void trim_padding(std::uint64_t padded_end, std::uint64_t keep, std::error_code& ec) {
+        ec.clear();
+        if (kind_ != file_kind::regular) return;
+        std::unique_lock<std::mutex> lock;
+        if (size_lock_) lock = std::unique_lock<std::mutex>(*size_lock_);
+        if (size(ec) == padded_end && !ec) truncate_unlocked(keep, ec);
+    }
+
+  private:
+    void truncate_unlocked(std::uint64_t size, std::error_code& ec) noexcept {
         ec.clear();
         if (!is_open()) {
             ec = detail::errno_code(EBADF);
@@ -234,6 +300,7 @@ class file {
         }
     }
 
+  public:
     /// Flushes the file's data to the device (`fdatasync`).
     void sync() {
         std::error_code ec;
@@ -259,6 +326,7 @@ class file {
         // Linux releases the descriptor even when close fails: never retry it.
         if (::close(fd_) != 0 && errno != EINTR) ec = detail::errno_code(errno);
         fd_ = -1;
+        size_lock_.reset();
     }
 
     /// Exchanges two handles.
@@ -269,6 +337,7 @@ class file {
         std::swap(kind_, other.kind_);
         std::swap(path_, other.path_);
         std::swap(alignment_, other.alignment_);
+        std::swap(size_lock_, other.size_lock_);
     }
 
   private:
@@ -282,6 +351,7 @@ class file {
         kind_ = other.kind_;
         path_ = other.path_;  // shared, so that the moved-from handle still names its file
         alignment_ = other.alignment_;
+        size_lock_ = std::move(other.size_lock_);
     }
     // `operation`, saying so when the handle holds no open file (its errno is then EBADF).
     std::string operation_name(const char* operation) const {
@@ -298,6 +368,10 @@ class file {
                            io_failure& failure) noexcept;
     bool write_plain(const void* buffer, std::size_t length, std::uint64_t offset,
                      io_failure& failure) noexcept;
+    // Writes the caller's `want` bytes at `skip` into the whole units [start, start + span),
+    // merged with the file's bytes in the partial units at either end, through `bounce`.
+    bool write_merged(std::byte* bounce, const std::byte* bytes, std::uint64_t start,
+                      std::size_t skip, std::size_t want, std::size_t span, io_failure& failure);
 
     int fd_ = -1;
     bool direct_ = false;
@@ -305,6 +379,7 @@ class file {
     file_kind kind_ = file_kind::regular;
     std::shared_ptr<const std::string> path_;
     dio_alignment alignment_;
+    std::shared_ptr<std::mutex> size_lock_;  // regular files: shared by the file's handles
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -436,6 +511,8 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
     }
     fd_ = fd;
     alignment_ = query_dio_alignment(fd_);
+    if (kind_ == file_kind::regular)
+        size_lock_ = detail::size_lock_registry::instance().lock_for(st.st_dev, st.st_ino);
     return {};
 }
 
@@ -559,6 +636,58 @@ inline std::size_t file::read_at(void* buffer, std::size_t length, std::uint64_t
     return done;
 }
 
+inline void file::reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure) {
+    failure = {};
+    if (length == 0 || kind_ != file_kind::regular || !size_lock_) return;
+    const std::uint64_t end = offset + length;
+    std::error_code ec;
+    // The size never drops below what a writer reserved (trims stop there), so a range seen
+    // inside the file stays inside it.
+    if (size(ec) >= end && !ec) return;
+    std::lock_guard<std::mutex> lock(*size_lock_);
+    const std::uint64_t current = size(ec);
+    if (ec) {
+        failure = {ec, "fstat (before a write)", path(), offset, length};
+        return;
+    }
+    if (current >= end) return;
+    int rc;
+    do {
+        rc = ::fallocate(fd_, 0, static_cast<off_t>(offset), static_cast<off_t>(length));
+    } while (rc != 0 && errno == EINTR);
+    if (rc == 0) return;
+    if (errno != EOPNOTSUPP && errno != ENOSYS) {
+        failure = {detail::errno_code(errno), "write (reserving its range with fallocate)", path(),
+                   offset, length};
+        return;
+    }
+    truncate_unlocked(end, ec);  // no fallocate here: raise the size only
+    if (ec) failure = {ec, "write (extending the file with ftruncate)", path(), offset, length};
+}
+
+inline bool file::write_merged(std::byte* bounce, const std::byte* bytes, std::uint64_t start,
+                               std::size_t skip, std::size_t want, std::size_t span,
+                               io_failure& failure) {
+    const std::size_t unit = alignment_.strictest();
+    // Only the partial units at either end need the file's bytes; what the file does not have
+    // (past its end) is zero.
+    auto merge_unit = [&](std::size_t at) {
+        const std::size_t got = read_plain(bounce + at, unit, start + at, failure);
+        if (failure) {
+            failure.operation = "read (merging an unaligned write)";
+            return false;
+        }
+        std::memset(bounce + at + got, 0, unit - got);
+        return true;
+    };
+    if (skip != 0 && !merge_unit(0)) return false;
+    if ((skip + want) % unit != 0 && (span > unit || skip == 0) && !merge_unit(span - unit)) {
+        return false;
+    }
+    std::memcpy(bounce + skip, bytes, want);
+    return write_plain(bounce, span, start, failure);
+}
+
 inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t offset,
                            io_failure& failure) {
     failure = {};
@@ -566,6 +695,9 @@ inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t
         failure = {detail::errno_code(EBADF), operation_name("write"), path(), offset, length};
         return;
     }
+    if (length == 0) return;
+    reserve_range(offset, length, failure);
+    if (failure) return;
     const std::size_t unit = required_alignment();
     if (unit == 1 || (is_aligned(buffer, alignment_.memory) && is_aligned(offset, unit) &&
                       is_aligned(length, unit))) {
@@ -576,6 +708,7 @@ inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t
     aligned_buffer bounce(static_cast<std::size_t>(align_up(detail::bounce_size, unit)),
                           std::max<std::size_t>(unit, 64));
     const auto* in = static_cast<const std::byte*>(buffer);
+    const std::uint64_t end = offset + length;
     std::size_t done = 0;
     while (done < length) {
         const std::uint64_t position = offset + done;
@@ -583,33 +716,36 @@ inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t
         const std::size_t skip = static_cast<std::size_t>(position - start);
         const std::size_t want = std::min(length - done, bounce.capacity() - skip);
         const std::size_t span = static_cast<std::size_t>(align_up(skip + want, unit));
-        std::size_t existing = 0;
-        if (skip != 0 || want != span) {  // only partial units need the file's current bytes
-            existing = read_plain(bounce.data(), span, start, failure);
-            if (failure) {
-                failure.operation = "read (merging an unaligned write)";
+        bool written;
+        std::error_code ec;
+        if (start + span <= end || kind_ != file_kind::regular || !size_lock_ ||
+            (size(ec) >= start + span && !ec)) {
+            // Inside the file (reserve_range made it reach `end`): the size does not change.
+            written = write_merged(bounce.data(), in + done, start, skip, want, span, failure);
+        } else {
+            // The last unit passes the end: write it whole, then trim the file back to the size
+            // that stood before, which holds every other writer's end (they reserved under this
+            // mutex), and never below this writer's own end.
+            std::lock_guard<std::mutex> lock(*size_lock_);
+            const std::uint64_t before = size(ec);
+            if (ec) {
+                failure = {ec, "fstat (before an unaligned write)", path(), position, want};
                 return;
             }
-        }
-        std::memset(bounce.data() + existing, 0, span - existing);
-        std::memcpy(bounce.data() + skip, in + done, want);
-        if (!write_plain(bounce.data(), span, start, failure)) {
-            failure.offset = position;
-            failure.length = length - done;
-            return;
-        }
-        // The aligned write may have grown the file past the caller's range: cut it back to
-        // the larger of its previous end and the caller's end.
-        if (existing < span) {
-            const std::uint64_t keep = std::max<std::uint64_t>(start + existing, position + want);
-            if (keep < start + span) {
-                std::error_code ec;
-                truncate(keep, ec);
+            written = write_merged(bounce.data(), in + done, start, skip, want, span, failure);
+            const std::uint64_t keep = std::max(before, end);
+            if (written && keep < start + span) {
+                truncate_unlocked(keep, ec);
                 if (ec) {
                     failure = {ec, "truncate (after an unaligned write)", path(), keep, 0};
                     return;
                 }
             }
+        }
+        if (!written) {
+            failure.offset = position;
+            failure.length = length - done;
+            return;
         }
         done += want;
     }

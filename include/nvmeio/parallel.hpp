@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -43,6 +44,10 @@ struct parallel_options {
 ///
 /// Thread-safety: `transfer` and `run` may be called from several threads at once (their pieces
 /// queue for the same workers). Destroying the context waits for the pieces in progress.
+///
+/// fork: the threads exist only in the process that created the context. In a child, `transfer`
+/// and `run` throw std::logic_error; destroying the context there waits for nothing and joins
+/// nothing (see detail/worker_pool.hpp). Create a new context in the child.
 template <class Backend = libaio_backend>
 class basic_parallel_context {
   public:
@@ -67,10 +72,11 @@ class basic_parallel_context {
 
     /// Runs `job(index, context)` for every index in [0, count) on the workers (each call on one
     /// worker's context) and returns when all have finished. The first exception a job throws is
-    /// rethrown here after the others have finished. Must not be called from inside a job (the
-    /// job's worker would wait for itself).
+    /// rethrown here after the others have finished. Called from inside a job (whose worker
+    /// would wait for itself) or in a child after fork, it throws std::logic_error.
     template <class Job>
     void run(std::size_t count, Job&& job) {
+        check_caller();
         if (count == 0) return;
         detail::completion_latch latch(count);
         std::mutex error_mutex;
@@ -100,6 +106,7 @@ class basic_parallel_context {
                              std::uint64_t offset, const transfer_config& config,
                              io_failure& failure) {
         failure = {};
+        check_caller();
         detail::check_transfer(f, op, buffer, length, offset, block_size());
         transfer_result result;
         if (length == 0) return result;
@@ -171,6 +178,15 @@ class basic_parallel_context {
     }
 
   private:
+    void check_caller() const {
+        pool_.creator().require_current("parallel_context");
+        if (pool_.on_worker_thread()) {
+            throw std::logic_error(
+                "nvmeio: parallel_context used from inside one of its own jobs: the job's worker "
+                "would wait for itself (use the aio context the job is given)");
+        }
+    }
+
     parallel_options options_;
     detail::worker_pool<Backend> pool_;
 };

@@ -55,34 +55,23 @@ class retry_budget {
     std::chrono::steady_clock::time_point deadline_{};
 };
 
-/// Allocates `[offset, offset + length)` of a regular file that does not reach that far yet.
-/// An O_DIRECT write that grows a file is done synchronously inside io_submit on ext4 and XFS,
-/// which defeats the queue; allocating first keeps the submissions asynchronous. fallocate
-/// never shrinks a file, so writers of other ranges are safe. Devices never get one. Returns
-/// the failure (ENOSPC...); a filesystem without fallocate is not one.
+/// Makes `[offset, offset + length)` lie inside the file before any of it is written
+/// (file::reserve_range: fallocate on regular files, under the file's size mutex; devices never
+/// get one). An O_DIRECT write that grows a file is done synchronously inside io_submit on ext4
+/// and XFS, which defeats the queue; and a reserved range is never cut by another writer's trim.
 inline io_failure reserve_write_range(file& f, std::uint64_t offset, std::size_t length) {
-    if (f.kind() != file_kind::regular || length == 0) return {};
-    std::error_code ec;
-    const std::uint64_t size = f.size(ec);
-    if (ec || size >= offset + length) return {};
-    int rc;
-    do {
-        rc = ::fallocate(f.native_handle(), 0, static_cast<off_t>(offset),
-                         static_cast<off_t>(length));
-    } while (rc != 0 && errno == EINTR);
-    if (rc == 0 || errno == EOPNOTSUPP || errno == ENOSYS) return {};
-    return {errno_code(errno), "write (reserving its range with fallocate)", f.path(), offset,
-            length};
+    io_failure failure;
+    f.reserve_range(offset, length, failure);
+    return failure;
 }
 
 /// After a padded write (whole alignment units written past the caller's end, see
-/// `segment::span`): when a regular file ends where the padding ended, cuts it back to `keep`,
-/// the larger of the caller's end and where the file ended inside that unit before. A file that
-/// someone grew further meanwhile is left alone.
+/// `segment::span`): when the file still ends where the padding ended, cuts it back to `keep`,
+/// the larger of the caller's end and where the file ended inside that unit before. The check and
+/// the cut hold the file's size mutex, so a range another writer reserved meanwhile is left alone.
 inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uint64_t keep) {
-    if (f.kind() != file_kind::regular) return {};
     std::error_code ec;
-    if (f.size(ec) == padded_end && !ec) f.truncate(keep, ec);
+    f.trim_padding(padded_end, keep, ec);
     if (ec) return {ec, "truncate (after a padded write)", f.path(), keep, 0};
     return {};
 }
@@ -501,6 +490,7 @@ template <class Backend>
 void move_segments(basic_aio_context<Backend>& context, file& f, operation op, segment* segments,
                    std::size_t count, engine_settings settings) {
     if (count == 0) return;
+    const auto busy = context.begin_transfer();  // one thread and the creating process only
     engine<Backend>(context, f, op, segments, count, settings).run();
 }
 

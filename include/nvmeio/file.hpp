@@ -316,6 +316,9 @@ class file {
                      io_failure& failure) noexcept;
     // Writes the caller's `want` bytes at `skip` into the whole units [start, start + span),
     // merged with the file's bytes in the partial units at either end, through `bounce`.
+    // reserve_range, returning a size the file had afterwards (>= offset + length; 0 for
+    // files that do not grow).
+    std::uint64_t reserve_and_size(std::uint64_t offset, std::size_t length, io_failure& failure);
     bool write_merged(std::byte* bounce, const std::byte* bytes, std::uint64_t start,
                       std::size_t skip, std::size_t want, std::size_t span, io_failure& failure);
 
@@ -478,32 +481,39 @@ inline std::size_t file::read_at(void* buffer, std::size_t length, std::uint64_t
 }
 
 inline void file::reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure) {
+    (void)reserve_and_size(offset, length, failure);
+}
+
+inline std::uint64_t file::reserve_and_size(std::uint64_t offset, std::size_t length,
+                                            io_failure& failure) {
     failure = {};
-    if (length == 0 || kind_ != file_kind::regular || !size_lock_) return;
+    if (length == 0 || kind_ != file_kind::regular || !size_lock_) return 0;
     const std::uint64_t end = offset + length;
     std::error_code ec;
     // The size never drops below what a writer reserved (trims stop there), so a range seen
     // inside the file stays inside it.
-    if (size(ec) >= end && !ec) return;
+    const std::uint64_t seen = size(ec);
+    if (seen >= end && !ec) return seen;
     std::lock_guard<std::mutex> lock(*size_lock_);
     const std::uint64_t current = size(ec);
     if (ec) {
         failure = {ec, "fstat (before a write)", path_, offset, length};
-        return;
+        return 0;
     }
-    if (current >= end) return;
+    if (current >= end) return current;
     int rc;
     do {
         rc = ::fallocate(fd_, 0, static_cast<off_t>(offset), static_cast<off_t>(length));
     } while (rc != 0 && errno == EINTR);
-    if (rc == 0) return;
+    if (rc == 0) return end;
     if (errno != EOPNOTSUPP && errno != ENOSYS) {
         failure = {detail::errno_code(errno), "write (reserving its range with fallocate)", path_,
                    offset, length};
-        return;
+        return 0;
     }
     truncate_unlocked(end, ec);  // no fallocate here: raise the size only
     if (ec) failure = {ec, "write (extending the file with ftruncate)", path_, offset, length};
+    return end;
 }
 
 inline bool file::write_merged(std::byte* bounce, const std::byte* bytes, std::uint64_t start,
@@ -533,7 +543,8 @@ inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t
                            io_failure& failure) {
     failure = {};
     if (length == 0) return;
-    reserve_range(offset, length, failure);
+    // A size the file had after the reservation: it never drops below that (see reserve_range).
+    const std::uint64_t known_size = reserve_and_size(offset, length, failure);
     if (failure) return;
     const std::size_t unit = required_alignment();
     if (unit == 1 || (is_aligned(buffer, alignment_.memory) && is_aligned(offset, unit) &&
@@ -555,7 +566,7 @@ inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t
         const std::size_t span = static_cast<std::size_t>(align_up(skip + want, unit));
         bool written;
         std::error_code ec;
-        if (start + span <= end || kind_ != file_kind::regular || !size_lock_ ||
+        if (start + span <= known_size || kind_ != file_kind::regular || !size_lock_ ||
             (size(ec) >= start + span && !ec)) {
             // Inside the file (reserve_range made it reach `end`): the size does not change.
             written = write_merged(bounce.data(), in + done, start, skip, want, span, failure);

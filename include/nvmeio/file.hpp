@@ -238,6 +238,21 @@ class file {
     /// As above, recording everything about a failure in `failure`.
     void reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure);
 
+    /// For engines that write a last alignment unit whole and asynchronously: after
+    /// `reserve_range(offset, padded_end - offset)` and the write, cuts the padding off again.
+    /// Under the file's size mutex, when the file still ends exactly at `padded_end`, its size
+    /// becomes `keep` (the writer's end, or where the file ended inside that unit before, if
+    /// larger); a file another writer has grown further is left alone. Regular files only; a
+    /// no-op for others.
+    void trim_padding(std::uint64_t padded_end, std::uint64_t keep, io_failure& failure) {
+        failure = {};
+        if (kind_ != file_kind::regular || !size_lock_ || keep >= padded_end) return;
+        std::lock_guard<std::mutex> lock(*size_lock_);
+        std::error_code ec;
+        if (size(ec) == padded_end && !ec) truncate_unlocked(keep, ec);
+        if (ec) failure = {ec, "truncate (after a padded write)", path_, keep, 0};
+    }
+
     /// Sets the file's size (under the file's size mutex, so that no concurrent write of nvmeio
     /// undoes it).
     void truncate(std::uint64_t size) {

@@ -259,6 +259,21 @@ class file {
     /// As above, recording everything about a failure in `failure`.
     void reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure);
 
+    /// For engines that write a last alignment unit whole and asynchronously: after
+    /// `reserve_range(offset, padded_end - offset)` and the write, cuts the padding off again.
+    /// Under the file's size mutex, when the file still ends exactly at `padded_end`, its size
+    /// becomes `keep` (the writer's end, or where the file ended inside that unit before, if
+    /// larger); a file another writer has grown further is left alone. Regular files only; a
+    /// no-op for others.
+    void trim_padding(std::uint64_t padded_end, std::uint64_t keep, io_failure& failure) {
+        failure = {};
+        if (kind_ != file_kind::regular || !size_lock_ || keep >= padded_end) return;
+        std::lock_guard<std::mutex> lock(*size_lock_);
+        std::error_code ec;
+        if (size(ec) == padded_end && !ec) truncate_unlocked(keep, ec);
+        if (ec) failure = {ec, "truncate (after a padded write)", path(), keep, 0};
+    }
+
     /// Sets the file's size (under the file's size mutex, so that no concurrent write of nvmeio
     /// undoes it).
     void truncate(std::uint64_t size) {
@@ -271,18 +286,6 @@ class file {
         std::unique_lock<std::mutex> lock;
         if (size_lock_) lock = std::unique_lock<std::mutex>(*size_lock_);
         truncate_unlocked(size, ec);
-    }
-
-    /// Undoes the padding of a write that wrote whole O_DIRECT units past its end: when the file
-    /// is exactly `padded_end` bytes long, cuts it to `keep`; otherwise (someone grew it further,
-    /// or it was never grown) leaves it. Regular files only; under the file's size mutex, like
-    /// every size change nvmeio makes.
-    void trim_padding(std::uint64_t padded_end, std::uint64_t keep, std::error_code& ec) {
-        ec.clear();
-        if (kind_ != file_kind::regular) return;
-        std::unique_lock<std::mutex> lock;
-        if (size_lock_) lock = std::unique_lock<std::mutex>(*size_lock_);
-        if (size(ec) == padded_end && !ec) truncate_unlocked(keep, ec);
     }
 
   private:
@@ -368,6 +371,9 @@ class file {
                            io_failure& failure) noexcept;
     bool write_plain(const void* buffer, std::size_t length, std::uint64_t offset,
                      io_failure& failure) noexcept;
+    // reserve_range, returning a size the file had afterwards (>= offset + length; 0 for
+    // files that do not grow).
+    std::uint64_t reserve_and_size(std::uint64_t offset, std::size_t length, io_failure& failure);
     // Writes the caller's `want` bytes at `skip` into the whole units [start, start + span),
     // merged with the file's bytes in the partial units at either end, through `bounce`.
     bool write_merged(std::byte* bounce, const std::byte* bytes, std::uint64_t start,
@@ -637,32 +643,39 @@ inline std::size_t file::read_at(void* buffer, std::size_t length, std::uint64_t
 }
 
 inline void file::reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure) {
+    (void)reserve_and_size(offset, length, failure);
+}
+
+inline std::uint64_t file::reserve_and_size(std::uint64_t offset, std::size_t length,
+                                            io_failure& failure) {
     failure = {};
-    if (length == 0 || kind_ != file_kind::regular || !size_lock_) return;
+    if (length == 0 || kind_ != file_kind::regular || !size_lock_) return 0;
     const std::uint64_t end = offset + length;
     std::error_code ec;
     // The size never drops below what a writer reserved (trims stop there), so a range seen
     // inside the file stays inside it.
-    if (size(ec) >= end && !ec) return;
+    const std::uint64_t seen = size(ec);
+    if (seen >= end && !ec) return seen;
     std::lock_guard<std::mutex> lock(*size_lock_);
     const std::uint64_t current = size(ec);
     if (ec) {
         failure = {ec, "fstat (before a write)", path(), offset, length};
-        return;
+        return 0;
     }
-    if (current >= end) return;
+    if (current >= end) return current;
     int rc;
     do {
         rc = ::fallocate(fd_, 0, static_cast<off_t>(offset), static_cast<off_t>(length));
     } while (rc != 0 && errno == EINTR);
-    if (rc == 0) return;
+    if (rc == 0) return end;
     if (errno != EOPNOTSUPP && errno != ENOSYS) {
         failure = {detail::errno_code(errno), "write (reserving its range with fallocate)", path(),
                    offset, length};
-        return;
+        return 0;
     }
     truncate_unlocked(end, ec);  // no fallocate here: raise the size only
     if (ec) failure = {ec, "write (extending the file with ftruncate)", path(), offset, length};
+    return end;
 }
 
 inline bool file::write_merged(std::byte* bounce, const std::byte* bytes, std::uint64_t start,
@@ -696,7 +709,8 @@ inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t
         return;
     }
     if (length == 0) return;
-    reserve_range(offset, length, failure);
+    // A size the file had after the reservation: it never drops below that (see reserve_range).
+    const std::uint64_t known_size = reserve_and_size(offset, length, failure);
     if (failure) return;
     const std::size_t unit = required_alignment();
     if (unit == 1 || (is_aligned(buffer, alignment_.memory) && is_aligned(offset, unit) &&
@@ -718,7 +732,7 @@ inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t
         const std::size_t span = static_cast<std::size_t>(align_up(skip + want, unit));
         bool written;
         std::error_code ec;
-        if (start + span <= end || kind_ != file_kind::regular || !size_lock_ ||
+        if (start + span <= known_size || kind_ != file_kind::regular || !size_lock_ ||
             (size(ec) >= start + span && !ec)) {
             // Inside the file (reserve_range made it reach `end`): the size does not change.
             written = write_merged(bounce.data(), in + done, start, skip, want, span, failure);

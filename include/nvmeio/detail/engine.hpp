@@ -70,10 +70,9 @@ inline io_failure reserve_write_range(file& f, std::uint64_t offset, std::size_t
 /// the larger of the caller's end and where the file ended inside that unit before. The check and
 /// the cut hold the file's size mutex, so a range another writer reserved meanwhile is left alone.
 inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uint64_t keep) {
-    std::error_code ec;
-    f.trim_padding(padded_end, keep, ec);
-    if (ec) return {ec, "truncate (after a padded write)", f.path(), keep, 0};
-    return {};
+    io_failure failure;
+    f.trim_padding(padded_end, keep, failure);
+    return failure;
 }
 
 /// One range of a transfer.

@@ -278,7 +278,14 @@ class engine {
         while (!lost_) {
             if (purge_) drop_failed_pending(sent);
             if (sent >= pending_.size()) break;
-            const std::size_t count = settings_.one_request_per_call ? 1 : pending_.size() - sent;
+            // Block submit is paced: a call holds no more requests than are already in flight
+            // (one to start an idle queue), because the kernel plugs a multi-request io_submit
+            // and dispatches nothing until the call ends; so the device always has work while the
+            // next call is prepared, and a full queue still takes what is ready in one call.
+            const std::size_t count =
+                settings_.one_request_per_call
+                    ? 1
+                    : std::min(pending_.size() - sent, std::max<std::size_t>(1, inflight_));
             const clock::time_point before = perf_ != nullptr ? clock::now() : clock::time_point{};
             const int rc = backend_.submit(&pending_[sent], count);
             if (perf_ != nullptr) submit_samples_.push_back(microseconds(clock::now() - before));

@@ -15,13 +15,13 @@ stages=("$@")
 
 # Build type None: only the flags given here. -O0 -g1 compiles about three times faster than
 # -O1 -g, and the tests spend their time waiting for the disk, not computing.
-configure_and_build() {  # dir flags
-    local dir="$1" flags="$2"
-    cmake -S "$source_dir" -B "$dir" -DCMAKE_BUILD_TYPE=None \
+configure_and_build() {  # dir flags standard [targets]
+    local dir="$1" flags="$2" standard="$3" targets="${4:-nvmeio_tests}"
+    cmake -S "$source_dir" -B "$dir" -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_STANDARD="$standard" \
         -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF \
         -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
     # nvmeio_tests: every test program, without the header checks the normal build does.
-    cmake --build "$dir" -j"$jobs" --target nvmeio_tests
+    cmake --build "$dir" -j"$jobs" --target $targets
 }
 
 # The soak's job under a sanitizer is to walk every code path with memory checks on; the full
@@ -41,7 +41,7 @@ for stage in "${stages[@]}"; do
         asan)
             dir="$parent/build-asan"
             configure_and_build "$dir" \
-                "-O0 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
+                "-O0 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" 17
             # detect_leaks: LeakSanitizer checks every test program at exit.
             ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1" \
             UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
@@ -49,13 +49,23 @@ for stage in "${stages[@]}"; do
             ;;
         tsan)
             dir="$parent/build-tsan"
-            configure_and_build "$dir" "-O0 -g1 -fsanitize=thread"
+            # C++20: the g++ C++20 pair's full build and run (scripts/test.sh builds the others).
+            configure_and_build "$dir" "-O0 -g1 -fsanitize=thread" 20
             TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$source_dir/tests/tsan.supp" \
                 run_ctest "$dir"
             ;;
         valgrind)
             dir="$parent/build-valgrind"
-            configure_and_build "$dir" "-O1 -g1"
+            tests=(
+                "file_test"
+                "aio_context_test"
+                "strategy_test --run_test=!round_trip_of_64_mib_with_1_mib_blocks_is_byte_exact"
+                "fault_test --run_test=io_errors_name_op_file_offset_and_leave_nothing_in_flight*"
+                "bad_input_test"
+            )
+            programs=()
+            for t in "${tests[@]}"; do programs+=("${t%% *}"); done
+            configure_and_build "$dir" "-O1 -g1" 17 "${programs[*]}"
             # A subset: valgrind is ~30x slower, and libaio's completions are covered by its
             # io_getevents wrapper (it marks read buffers defined).
             vg=(valgrind --quiet --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible
@@ -65,13 +75,6 @@ for stage in "${stages[@]}"; do
             # the buffers as uninitialised; ASan and TSan above cover the io_uring backend.
             export NVMEIO_TEST_SKIP_IO_URING="valgrind cannot see io_uring's writes into memory"
             mkdir -p "$NVMEIO_TEST_DIR"
-            tests=(
-                "file_test"
-                "aio_context_test"
-                "strategy_test --run_test=!round_trip_of_64_mib_with_1_mib_blocks_is_byte_exact"
-                "fault_test --run_test=io_errors_name_op_file_offset_and_leave_nothing_in_flight*"
-                "bad_input_test"
-            )
             for t in "${tests[@]}"; do
                 read -r -a argv <<<"$t"
                 [[ -x "$dir/tests/${argv[0]}" ]] || { echo "valgrind: no $dir/tests/${argv[0]}" >&2; exit 1; }

@@ -119,6 +119,46 @@ BOOST_AUTO_TEST_CASE(every_completion_is_reaped_once_and_in_place_as_the_ring_wr
     BOOST_TEST(backend.reap(extra, 0, 1, nullptr) == 0);
 }
 
+// A request keeps its iocb until its completion is reaped (the event points back at it, and
+// valgrind reads that iocb to learn which buffer a read filled), so the backend takes no more
+// than the queue depth of unreaped requests, however many calls they came in.
+BOOST_AUTO_TEST_CASE(
+    requests_hold_their_iocb_until_reaped_so_unreaped_requests_never_pass_the_depth) {
+    constexpr unsigned depth = 2;
+    nvmeio_test::temp_path path("libaio_iocbs");
+    const auto bytes = nvmeio_test::pattern(4 * block, 12);
+    nvmeio_test::spew(path.str(), bytes.data(), bytes.size());
+    file in(path.str(), open_mode::read);
+    aligned_buffer target(4 * block);
+    libaio_backend backend(depth);
+    auto request = [&](std::size_t i) {
+        return io_request{
+            in.native_handle(), operation::read, target.data() + i * block, block, i * block, i};
+    };
+    for (std::size_t i = 0; i < depth; ++i) {  // one call each: an iocb each
+        const io_request r = request(i);
+        BOOST_TEST_REQUIRE(backend.submit(&r, 1) == 1);
+    }
+    const io_request third = request(2);
+    BOOST_TEST(backend.submit(&third, 1) == -EAGAIN);  // no iocb is free until a reap
+    io_completion completions[depth];
+    int got;
+    do {
+        got = backend.reap(completions, 1, depth, nullptr);
+    } while (got == -EINTR);
+    BOOST_TEST_REQUIRE(got >= 1);
+    BOOST_TEST_REQUIRE(backend.submit(&third, 1) == 1);
+    std::size_t reaped = static_cast<std::size_t>(got);
+    while (reaped < 3) {
+        do {
+            got = backend.reap(completions, 1, depth, nullptr);
+        } while (got == -EINTR);
+        BOOST_TEST_REQUIRE(got >= 1);
+        reaped += static_cast<std::size_t>(got);
+    }
+    BOOST_TEST(std::memcmp(target.data(), bytes.data(), 3 * block) == 0);
+}
+
 BOOST_AUTO_TEST_CASE(a_child_after_fork_cannot_take_the_parents_completions) {
     // The child shares the mapping of the completion ring; reaping there must not consume it.
     nvmeio_test::temp_path path("libaio_fork");

@@ -48,6 +48,9 @@ class libaio_backend {
     /// fails (EAGAIN: the system-wide aio-nr would pass aio-max-nr).
     explicit libaio_backend(unsigned queue_depth)
         : iocbs_(checked_queue_depth(queue_depth)), iocb_pointers_(queue_depth) {
+        free_iocbs_.reserve(queue_depth);
+        for (unsigned i = queue_depth; i > 0; --i)
+            free_iocbs_.push_back(i - 1);
         const int rc = ::io_setup(static_cast<int>(queue_depth), &context_);
         if (rc < 0) {
             std::string operation = "io_setup(queue_depth=" + std::to_string(queue_depth) + ")";
@@ -67,13 +70,16 @@ class libaio_backend {
     /// Destroys the kernel context; the kernel waits for requests still in flight.
     ~libaio_backend() { (void)::io_destroy(context_); }
 
-    /// Submits up to `count` requests (at most the queue depth); returns how many the kernel
+    /// Submits up to `count` requests (at most as many as the queue depth leaves room for: a
+    /// request holds its iocb until its completion is reaped); returns how many the kernel
     /// accepted, or -errno when it accepted none.
     int submit(const io_request* requests, std::size_t count) noexcept {
-        if (count > iocbs_.size()) count = iocbs_.size();
+        if (count > free_iocbs_.size()) count = free_iocbs_.size();
+        if (count == 0) return -EAGAIN;
+        const std::size_t top = free_iocbs_.size() - 1;
         for (std::size_t i = 0; i < count; ++i) {
             const io_request& r = requests[i];
-            iocb& cb = iocbs_[i];
+            iocb& cb = iocbs_[free_iocbs_[top - i]];
             if (r.op == operation::read) {
                 ::io_prep_pread(&cb, r.fd, r.buffer, r.length, static_cast<long long>(r.offset));
             } else {
@@ -82,7 +88,10 @@ class libaio_backend {
             cb.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(r.user_data));
             iocb_pointers_[i] = &cb;
         }
-        return ::io_submit(context_, static_cast<long>(count), iocb_pointers_.data());
+        const int accepted = ::io_submit(context_, static_cast<long>(count), iocb_pointers_.data());
+        if (accepted > 0)
+            free_iocbs_.resize(free_iocbs_.size() - static_cast<std::size_t>(accepted));
+        return accepted;
     }
 
     /// Waits for between `min` and `max` completions; returns how many were stored, or -errno.
@@ -103,7 +112,7 @@ class libaio_backend {
                            events, timeout != nullptr ? &wait : nullptr);
         if (got < 0) return ready > 0 ? static_cast<int>(ready) : got;
         for (int i = 0; i < got; ++i)
-            out[ready + static_cast<std::size_t>(i)] = to_completion(events[i]);
+            out[ready + static_cast<std::size_t>(i)] = complete(events[i]);
         return static_cast<int>(ready) + got;
     }
 
@@ -145,7 +154,11 @@ class libaio_backend {
     };
     static constexpr unsigned completion_ring_magic = 0xa10a10a1;
 
-    static io_completion to_completion(const io_event& event) noexcept {
+    // A reaped event gives its iocb back.
+    io_completion complete(const io_event& event) noexcept {
+        const auto index =
+            static_cast<std::size_t>(static_cast<const iocb*>(event.obj) - iocbs_.data());
+        if (index < iocbs_.size()) free_iocbs_.push_back(static_cast<unsigned>(index));
         return {static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(event.data)),
                 static_cast<std::int64_t>(static_cast<long>(event.res))};
     }
@@ -166,8 +179,7 @@ class libaio_backend {
     // only writes `head` from io_getevents, which that same thread calls, so a plain store of
     // the new head after the copies is enough; the acquire load of `tail` orders the reads of
     // the events after the kernel's writes of them.
-    static std::size_t take_ready(completion_ring* ring, io_completion* out,
-                                  std::size_t max) noexcept {
+    std::size_t take_ready(completion_ring* ring, io_completion* out, std::size_t max) noexcept {
         if (ring == nullptr || max == 0) return 0;
         const unsigned slots = ring->nr;
         unsigned head = __atomic_load_n(&ring->head, __ATOMIC_RELAXED);
@@ -176,7 +188,7 @@ class libaio_backend {
         const auto* events = reinterpret_cast<const io_event*>(ring + 1);
         std::size_t got = 0;
         while (head != tail && got < max) {
-            out[got++] = to_completion(events[head]);
+            out[got++] = complete(events[head]);
             head = head + 1 == slots ? 0 : head + 1;
         }
         if (got > 0) __atomic_store_n(&ring->head, head, __ATOMIC_RELEASE);
@@ -193,8 +205,11 @@ class libaio_backend {
     io_context_t context_ = nullptr;
     completion_ring* ring_ = nullptr;
     pid_t creator_ = detail::this_process_id();
-    // The kernel copies an iocb during io_submit, so these are scratch reused by every call.
+    // A request keeps its iocb from io_submit until its completion is reaped: the kernel copies
+    // it at submit, but the event points back at it (`obj`), and valgrind reads the iocb that
+    // pointer names to learn which buffer a read filled.
     std::vector<iocb> iocbs_;
+    std::vector<unsigned> free_iocbs_;  // indices of iocbs no request holds
     std::vector<iocb*> iocb_pointers_;
 };
 

@@ -4,15 +4,29 @@
 #    every test run (the packaging tests, which build consumer programs, in the first only);
 #  - g++ C++20 and clang++ C++17: every public header on its own and the two test programs that
 #    instantiate every engine path (strategies, batches), built with warnings as errors: a
-#    compile check of the other two standard/compiler pairs that keeps the suite near ten
-#    minutes (running the tests again adds nothing);
+#    compile check of the other two standard/compiler pairs (running the tests again adds
+#    nothing);
 #  - then scripts/sanitize.sh: the suite under ASan+UBSan and TSan, and a valgrind subset.
+# ctest runs two tests at a time (NVMEIO_TEST_JOBS): most of them wait on the disk. Each stage
+# prints its wall time and the CPU time (user+sys) of its build and test run.
 # Test files go to each build tree, which must be on a filesystem that accepts O_DIRECT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 nvmeio_install_deps
 jobs=$(nproc)
+test_jobs="${NVMEIO_TEST_JOBS:-2}"
+
+cpu_seconds() {  # user+sys of the finished children of this shell (fields 16, 17 of its stat)
+  awk -v tick="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.0f", ($14 + $15) / tick }' "/proc/$$/stat"
+}
+timed() {  # label command...: runs the command, then prints its wall and CPU seconds
+  local label=$1 start=$SECONDS cpu
+  shift
+  cpu=$(cpu_seconds)
+  "$@"
+  echo "time: $label: wall $((SECONDS - start)) s, cpu $(($(cpu_seconds) - cpu)) s (load $(cut -d' ' -f1-3 /proc/loadavg))"
+}
 
 build() {  # dir compiler standard build-type "targets" [cmake args...]
   local dir=$1 cxx=$2 std=$3 type=$4 target=$5
@@ -24,12 +38,19 @@ build() {  # dir compiler standard build-type "targets" [cmake args...]
     exit 1
   fi
 }
+run_tests() {  # dir [ctest args...]
+  local dir=$1
+  shift
+  (cd "$dir" && ctest --output-on-failure -j"$test_jobs" "$@")
+}
 
-build build-test-g++-17 g++ 17 Release all
-(cd build-test-g++-17 && ctest --output-on-failure)
-build build-test-clang++-20 clang++ 20 Release all
-(cd build-test-clang++-20 && ctest --output-on-failure -LE packaging)
-build build-test-g++-20 g++ 20 None "header_check strategy_test batch_test" -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF
-build build-test-clang++-17 clang++ 17 None "header_check strategy_test batch_test" -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF
+timed "g++ C++17 build" build build-test-g++-17 g++ 17 Release all
+timed "g++ C++17 tests" run_tests build-test-g++-17
+timed "clang++ C++20 build" build build-test-clang++-20 clang++ 20 Release all
+timed "clang++ C++20 tests" run_tests build-test-clang++-20 -LE packaging
+timed "g++ C++20 compile check" build build-test-g++-20 g++ 20 None "header_check strategy_test batch_test" \
+  -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF
+timed "clang++ C++17 compile check" build build-test-clang++-17 clang++ 17 None "header_check strategy_test batch_test" \
+  -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF
 scripts/sanitize.sh
 echo "nvmeio: all test runs passed"

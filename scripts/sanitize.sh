@@ -15,13 +15,17 @@ stages=("$@")
 
 # Build type None: only the flags given here. -O0 -g1 compiles about three times faster than
 # -O1 -g, and the tests spend their time waiting for the disk, not computing.
-configure_and_build() {  # dir flags
-    local dir="$1" flags="$2"
+configure_and_build() {  # dir flags [targets, default every test program]
+    local dir="$1" flags="$2" targets="${3:-nvmeio_tests}"
     cmake -S "$source_dir" -B "$dir" -DCMAKE_BUILD_TYPE=None \
         -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF \
         -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
     # nvmeio_tests: every test program, without the header checks the normal build does.
-    cmake --build "$dir" -j"$jobs" --target nvmeio_tests
+    cmake --build "$dir" -j"$jobs" --target $targets
+}
+
+cpu_seconds() {  # user+sys of the finished children of this shell (fields 16, 17 of its stat)
+    awk -v tick="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.0f", ($14 + $15) / tick }' "/proc/$$/stat"
 }
 
 # The soak's job under a sanitizer is to walk every code path with memory checks on; the full
@@ -37,6 +41,7 @@ run_ctest() {  # dir
 
 for stage in "${stages[@]}"; do
     start=$SECONDS
+    cpu=$(cpu_seconds)
     case "$stage" in
         asan)
             dir="$parent/build-asan"
@@ -55,9 +60,6 @@ for stage in "${stages[@]}"; do
             ;;
         valgrind)
             dir="$parent/build-valgrind"
-            configure_and_build "$dir" "-O1 -g1"
-            # A subset: valgrind is ~30x slower, and libaio's completions are covered by its
-            # io_getevents wrapper (it marks read buffers defined).
             vg=(valgrind --quiet --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible
                 --errors-for-leak-kinds=definite,indirect,possible --track-fds=yes)
             export NVMEIO_TEST_DIR="$dir/tests/scratch"
@@ -65,6 +67,8 @@ for stage in "${stages[@]}"; do
             # the buffers as uninitialised; ASan and TSan above cover the io_uring backend.
             export NVMEIO_TEST_SKIP_IO_URING="valgrind cannot see io_uring's writes into memory"
             mkdir -p "$NVMEIO_TEST_DIR"
+            # A subset: valgrind is ~30x slower, and libaio's completions are covered by its
+            # io_getevents wrapper (it marks read buffers defined).
             tests=(
                 "file_test"
                 "aio_context_test"
@@ -72,6 +76,10 @@ for stage in "${stages[@]}"; do
                 "fault_test --run_test=io_errors_name_op_file_offset_and_leave_nothing_in_flight*"
                 "bad_input_test"
             )
+            # Only the programs of the subset are built.
+            programs=()
+            for t in "${tests[@]}"; do programs+=("${t%% *}"); done
+            configure_and_build "$dir" "-O1 -g1" "${programs[*]}"
             for t in "${tests[@]}"; do
                 read -r -a argv <<<"$t"
                 [[ -x "$dir/tests/${argv[0]}" ]] || { echo "valgrind: no $dir/tests/${argv[0]}" >&2; exit 1; }
@@ -94,5 +102,5 @@ for stage in "${stages[@]}"; do
             exit 2
             ;;
     esac
-    echo "sanitize: $stage passed in $((SECONDS - start)) s"
+    echo "sanitize: $stage passed in $((SECONDS - start)) s, cpu $(($(cpu_seconds) - cpu)) s (load $(cut -d' ' -f1-3 /proc/loadavg))"
 done

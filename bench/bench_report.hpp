@@ -63,7 +63,8 @@ inline void report_json(std::ostream& out, const bench_plan& p, const bench_outc
     doc["file_created"] = o.created;
     doc["cache"] = o.cache;
     doc["buffer"] = {{"fresh", p.flags.buffer().fresh},
-                     {"huge_pages", p.flags.buffer().huge_pages}};
+                     {"huge_pages", p.flags.buffer().huge_pages},
+                     {"ring", p.flags.ring}};
     doc["warmup"] = p.warmup;
     doc["loops"] = nlohmann::json::array();
     for (const run_result& r : o.passes) {
@@ -94,9 +95,11 @@ inline void report_table(std::ostream& out, const bench_plan& p, const bench_out
                   support::name_of(support::backend_names(), c.backend).c_str(), p.warmup, p.loops,
                   o.cache.c_str(),
                   o.cache == "cold" ? " (page cache dropped before every pass)" : "");
-    out << line
-        << "buffer: " << (buffer.fresh ? "fresh (first pass faults its pages in)" : "pre-touched")
-        << ", huge pages " << (buffer.huge_pages ? "on" : "off") << "\n";
+    out << line << "buffer: "
+        << (p.flags.ring   ? "a ring of threads x queue depth x block size bytes (--ring)"
+            : buffer.fresh ? "fresh (first pass faults its pages in)"
+                           : "pre-touched")
+        << ", huge pages " << (buffer.huge_pages && !p.flags.ring ? "on" : "off") << "\n";
     std::snprintf(line, sizeof line, "%-6s %9s %9s %10s | %12s %12s | %12s %12s\n", "pass", "GB/s",
                   "ms", "CPU s/GiB", "submit avg", "submit p99", "complete avg", "complete p99");
     out << line;

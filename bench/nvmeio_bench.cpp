@@ -44,6 +44,10 @@ bench::bench_plan plan(int argc, char** argv) {
     app.add_flag("--json", p.json, "print JSON instead of a table");
     support::parse_command_line(app, argc, argv);
     transfer.check();
+    p.flags.check();
+    if (p.flags.ring && p.validate)
+        throw support::usage_error("--validate",
+                                   "cannot check a --ring pass (its bytes are not kept)");
 
     p.config.path = p.flags.path;
     p.config.block_size = static_cast<std::size_t>(transfer.block_size);
@@ -51,6 +55,7 @@ bench::bench_plan plan(int argc, char** argv) {
     p.config.strategy = transfer.strategy;
     p.config.submit = transfer.submit;
     p.config.backend = transfer.backend;
+    p.config.ring = p.flags.ring;
     p.target = support::inspect_target(p.flags.path);
     if (p.config.op == nvmeio::operation::write)
         support::check_write_allowed(p.target, p.flags.allow_device_write);

@@ -40,6 +40,7 @@ struct common_flags {
     bool fresh_buffer = false;                                ///< --fresh-buffer
     huge_pages_mode huge_pages = huge_pages_mode::automatic;  ///< --huge-pages
     bool allow_device_write = false;                          ///< --allow-device-write
+    bool ring = false;                                        ///< --ring
 
     /// Adds the flags; --file is required unless `path` already holds a default.
     void add_to(CLI::App& app, const std::string& file_help) {
@@ -59,6 +60,19 @@ struct common_flags {
         app.add_flag("--allow-device-write", allow_device_write,
                      "allow write runs on a block device (they write back the bytes they read "
                      "from it, but a crash in between would leave them changed)");
+        app.add_flag("--ring", ring,
+                     "fio's memory footprint: move the range as one batch of block-size "
+                     "requests cycling through a ring of threads x queue depth x block size "
+                     "bytes (bytes read are not kept; a write pass is followed, untimed, by "
+                     "writing the file's own bytes back)");
+    }
+
+    /// Refuses combinations that mean nothing (usage_error naming the flag).
+    void check() const {
+        if (ring && fresh_buffer)
+            throw support::usage_error("--ring",
+                                       "cannot be combined with --fresh-buffer (the "
+                                       "ring is reused by every pass)");
     }
 
     /// The buffer these flags ask for.

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "support/cli.hpp"
 #include "support/machine.hpp"
@@ -33,6 +34,9 @@ struct run_config {
     submit_mode submit = submit_mode::block;             ///< Single or block submit.
     unsigned threads = 1;                                ///< P: threads of the parallel context.
     support::backend_kind backend = support::backend_kind::libaio;  ///< libaio or io_uring.
+    /// Through a ring of threads x queue depth x block size bytes (fio's footprint) instead of
+    /// the whole-range buffer.
+    bool ring = false;
 };
 
 /// What one measured pass did.
@@ -123,6 +127,7 @@ class runner {
             config.op == operation::read ? open_mode::read : open_mode::read_write;
         file f(config.path, mode, direct_io::on);
         const transfer_config transfer{config.strategy, config.submit, true};
+        if (config.ring) return run_ring(context, f, config, transfer);
         const support::cpu_times before = support::process_cpu_times();
         const transfer_result r =
             context.transfer(f, config.op, buffer_.data(), buffer_.size(), 0, transfer);
@@ -132,6 +137,45 @@ class runner {
                                      std::to_string(size_) + " bytes of '" + config.path + "'");
         }
         return {r.perf, after.total() - before.total()};
+    }
+
+    // fio's footprint: the range as one batch of block-size requests whose memory cycles through
+    // a ring of threads x depth x block size bytes. The batch is cut into groups of one ring
+    // share (max_io_size), each contiguous in memory, so every group goes straight between the
+    // ring and the file (never through the bounce arena) and the engine keeps the queue full
+    // across groups, as fio does. Reads overwrite ring slots still being read: their bytes are
+    // not kept, as fio's are not. The batch's planning is inside the timed part.
+    template <class Backend>
+    run_result run_ring(basic_parallel_context<Backend>& context, file& f, const run_config& config,
+                        const transfer_config& transfer) {
+        const std::size_t block = config.block_size;
+        const std::size_t slots = std::size_t{config.threads} * config.queue_depth;
+        if (ring_.size() != slots * block)
+            ring_ = aligned_buffer(slots * block, 4096, buffer_options{true, false, false});
+        requests_.clear();
+        for (std::uint64_t at = 0, i = 0; at < size_; at += block, ++i) {
+            const auto length =
+                static_cast<std::size_t>(std::min<std::uint64_t>(block, size_ - at));
+            requests_.push_back({ring_.data() + (i % slots) * block, length, at});
+        }
+        batch_options options;
+        options.max_io_size = std::size_t{config.queue_depth} * block;
+        options.config = transfer;
+        const support::cpu_times before = support::process_cpu_times();
+        const batch_outcome o = config.op == operation::read  // both throw the first failure
+                                    ? read_batch(context, f, requests_, options)
+                                    : write_batch(context, f, requests_, options);
+        const support::cpu_times after = support::process_cpu_times();
+        if (o.perf.bytes != size_ || o.bounced_bytes != 0) {
+            throw std::runtime_error("the ring pass over '" + config.path + "' moved " +
+                                     std::to_string(o.perf.bytes) + " of " + std::to_string(size_) +
+                                     " bytes, " + std::to_string(o.bounced_bytes) +
+                                     " of them bounced");
+        }
+        if (config.op == operation::write) {  // untimed: the file gets its own bytes back
+            (void)context.transfer(f, operation::write, buffer_.data(), buffer_.size(), 0);
+        }
+        return {o.perf, after.total() - before.total()};
     }
 
     // The last parallel context made, per backend, and what it was made for.
@@ -170,6 +214,8 @@ class runner {
 
     std::uint64_t size_;
     aligned_buffer buffer_;
+    aligned_buffer ring_;                  // --ring: threads x depth x block size bytes
+    std::vector<batch_request> requests_;  // --ring: the pass's requests
     context_cache contexts_;
 };
 

@@ -105,6 +105,7 @@ inline void add_tune_options(CLI::App& app, tune_plan& p) {
 
 /// Checks what parsing alone cannot: sizes that split evenly, memory, the device guard.
 inline void check_tune_plan(tune_plan& p) {
+    p.flags.check();
     for (const std::uint64_t b : p.block_sizes) {
         for (const unsigned t : p.threads) {
             if (p.size % (b * t) != 0) {
@@ -133,6 +134,7 @@ inline void check_tune_plan(tune_plan& p) {
     c.path = p.flags.path;
     c.size = p.size;
     c.backend = p.backend;
+    c.ring = p.flags.ring;
     for (const operation op : p.ops) {
         c.op = op;
         for (const std::uint64_t b : p.block_sizes) {

@@ -194,6 +194,7 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
             {"direct_io", true},
             {"fresh_buffer", buffer.fresh},
             {"huge_pages", buffer.huge_pages},
+            {"ring", p.flags.ring},
             {"vs_fio", p.vs_fio},
             {"references", p.references},
             {"seed", p.seed}};

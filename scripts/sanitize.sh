@@ -15,9 +15,9 @@ stages=("$@")
 
 # Build type None: only the flags given here. -O0 -g1 compiles about three times faster than
 # -O1 -g, and the tests spend their time waiting for the disk, not computing.
-configure_and_build() {  # dir flags [targets, default every test program]
-    local dir="$1" flags="$2" targets="${3:-nvmeio_tests}"
-    cmake -S "$source_dir" -B "$dir" -DCMAKE_BUILD_TYPE=None \
+configure_and_build() {  # dir flags standard [targets]
+    local dir="$1" flags="$2" standard="$3" targets="${4:-nvmeio_tests}"
+    cmake -S "$source_dir" -B "$dir" -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_STANDARD="$standard" \
         -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF \
         -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
     # nvmeio_tests: every test program, without the header checks the normal build does.
@@ -46,7 +46,7 @@ for stage in "${stages[@]}"; do
         asan)
             dir="$parent/build-asan"
             configure_and_build "$dir" \
-                "-O0 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
+                "-O0 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" 17
             # detect_leaks: LeakSanitizer checks every test program at exit.
             ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1" \
             UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
@@ -54,21 +54,13 @@ for stage in "${stages[@]}"; do
             ;;
         tsan)
             dir="$parent/build-tsan"
-            configure_and_build "$dir" "-O0 -g1 -fsanitize=thread"
+            # C++20: the g++ C++20 pair's full build and run (scripts/test.sh builds the others).
+            configure_and_build "$dir" "-O0 -g1 -fsanitize=thread" 20
             TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$source_dir/tests/tsan.supp" \
                 run_ctest "$dir"
             ;;
         valgrind)
             dir="$parent/build-valgrind"
-            vg=(valgrind --quiet --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible
-                --errors-for-leak-kinds=definite,indirect,possible --track-fds=yes)
-            export NVMEIO_TEST_DIR="$dir/tests/scratch"
-            # valgrind does not see the kernel writing read data through io_uring and reports
-            # the buffers as uninitialised; ASan and TSan above cover the io_uring backend.
-            export NVMEIO_TEST_SKIP_IO_URING="valgrind cannot see io_uring's writes into memory"
-            mkdir -p "$NVMEIO_TEST_DIR"
-            # A subset: valgrind is ~30x slower, and libaio's completions are covered by its
-            # io_getevents wrapper (it marks read buffers defined).
             tests=(
                 "file_test"
                 "aio_context_test"
@@ -76,10 +68,18 @@ for stage in "${stages[@]}"; do
                 "fault_test --run_test=io_errors_name_op_file_offset_and_leave_nothing_in_flight*"
                 "bad_input_test"
             )
-            # Only the programs of the subset are built.
             programs=()
             for t in "${tests[@]}"; do programs+=("${t%% *}"); done
-            configure_and_build "$dir" "-O1 -g1" "${programs[*]}"
+            configure_and_build "$dir" "-O1 -g1" 17 "${programs[*]}"
+            # A subset: valgrind is ~30x slower, and libaio's completions are covered by its
+            # io_getevents wrapper (it marks read buffers defined).
+            vg=(valgrind --quiet --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible
+                --errors-for-leak-kinds=definite,indirect,possible --track-fds=yes)
+            export NVMEIO_TEST_DIR="$dir/tests/scratch"
+            # valgrind does not see the kernel writing read data through io_uring and reports
+            # the buffers as uninitialised; ASan and TSan above cover the io_uring backend.
+            export NVMEIO_TEST_SKIP_IO_URING="valgrind cannot see io_uring's writes into memory"
+            mkdir -p "$NVMEIO_TEST_DIR"
             for t in "${tests[@]}"; do
                 read -r -a argv <<<"$t"
                 [[ -x "$dir/tests/${argv[0]}" ]] || { echo "valgrind: no $dir/tests/${argv[0]}" >&2; exit 1; }

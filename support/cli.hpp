@@ -392,7 +392,8 @@ struct transfer_flags {
                         "overlapped (refill the queue as requests complete) or sequential "
                         "(submit a batch, reap it whole)");
         add_enum_option(app, "--submit", submit, submit_names(),
-                        "single (one request per submit call) or block (the batch in one call)");
+                        "single (one request per submit call) or block (what is ready in paced "
+                        "calls: at most as many as are in flight)");
         add_count_option(app, "-q,--queue-depth", queue_depth, "requests in flight", 1u, 65536u);
         add_size_option(app, "-b,--block-size", block_size,
                         "bytes per request (K, M, G suffixes), a multiple of the file's O_DIRECT "

@@ -185,6 +185,30 @@ BOOST_AUTO_TEST_CASE(bench_write_passes_leave_the_file_content_unchanged) {
     BOOST_TEST(nvmeio_test::slurp(path.str()) == original);
 }
 
+// --ring moves the range through fio's footprint (threads x depth x block size bytes) as one
+// batch: every request is counted, nothing is bounced, and write passes put the file's own bytes
+// back afterwards.
+BOOST_AUTO_TEST_CASE(bench_ring_passes_move_the_whole_range_and_leave_the_file_unchanged) {
+    nvmeio_test::temp_path path("bench-ring");
+    std::vector<unsigned char> original = nvmeio_test::pattern(4 << 20, 9);
+    nvmeio_test::spew(path.str(), original.data(), original.size());
+    for (const char* op : {"read --warm", "write"}) {
+        BOOST_TEST_CONTEXT(op) {
+            const ran r = run(quoted(tool("NVMEIO_BENCH")) + " --op " + op + " -f " +
+                                  quoted(path.str()) + " -b 64K -q 4 -p 2 -n 2 -w 0 --ring --json",
+                              "bench-ring");
+            BOOST_TEST_REQUIRE(r.status == 0, r.err);
+            const json doc = json::parse(r.out);
+            BOOST_TEST(doc["buffer"]["ring"] == true);
+            for (const json& pass : doc["loops"]) {
+                BOOST_TEST(pass["bytes"] == 4 << 20);
+                BOOST_TEST(pass["requests"] == 64);  // 4 MiB in 64 KiB requests
+            }
+            BOOST_TEST(nvmeio_test::slurp(path.str()) == original);
+        }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(bench_runs_on_io_uring_or_says_precisely_why_not) {
     nvmeio_test::temp_path path("bench-uring");
     const ran r = run(quoted(tool("NVMEIO_BENCH")) + " -f " + quoted(path.str()) +
@@ -438,6 +462,9 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         {bench_tool, "-f {F} -s 1M --op delete", "--op"},
         {bench_tool, "-f {F} -s 1M --strategy fast", "--strategy"},
         {bench_tool, "-f {F} -s 1M --submit many", "--submit"},
+        {bench_tool, "-f {F} -s 1M --warm --ring --validate", "--validate"},
+        {bench_tool, "-f {F} -s 1M --warm --ring --fresh-buffer", "--ring"},
+        {tune, "-f {F} -s 1M --ring --fresh-buffer", "--ring"},
         {bench_tool, "-f {F} -s 1M --backend spdk", "--backend"},
         {bench_tool, "-f {F} -s 1M --huge-pages maybe", "--huge-pages"},
         {tune, "-f {F} -s 1M -b 0,64K --warm", "--block-sizes"},

@@ -9,6 +9,7 @@
 
 #include "nvmeio/backend/libaio.hpp"
 #include "nvmeio/detail/context_guard.hpp"
+#include "nvmeio/detail/engine_scratch.hpp"
 #include "nvmeio/error.hpp"
 
 namespace nvmeio {
@@ -59,6 +60,8 @@ class basic_aio_context {
     [[nodiscard]] const context_options& options() const noexcept { return options_; }
     /// The backend, for strategies.
     [[nodiscard]] Backend& backend() noexcept { return backend_; }
+    /// The engine's working memory, reused by every transfer on this context.
+    [[nodiscard]] detail::engine_scratch& scratch() noexcept { return scratch_; }
 
     /// What `begin_transfer` returns: the context is busy until it is destroyed.
     using transfer_guard = detail::exclusive_use::claim;
@@ -81,6 +84,7 @@ class basic_aio_context {
 
     context_options options_;
     Backend backend_;
+    detail::engine_scratch scratch_;
     detail::creator_process creator_;
     detail::exclusive_use in_use_;
 };

@@ -40,7 +40,11 @@ namespace nvmeio {
 /// How requests are handed to the backend.
 enum class submit_mode {
     single,  ///< One request per submission call (DeepSpeed's single_submit = true).
-    block,   ///< Every ready request in one call.
+    /// Ready requests in as few calls as keep the device busy: one call takes what is ready, up
+    /// to as many as are already in flight (one when none is), so an idle queue is started with
+    /// one request, then 1, 2, 4... and a busy one takes everything ready at once. (The kernel
+    /// holds back every request of a multi-request call until the call returns.)
+    block,
 };
 
 /// Name of a submit mode, for reports.
@@ -50,14 +54,15 @@ enum class submit_mode {
 
 /// Submit a batch of up to queue-depth requests, reap all of them, repeat.
 struct sequential {
-    submit_mode submit = submit_mode::block;  ///< One call for the batch, or one per request.
+    submit_mode submit = submit_mode::block;  ///< Paced calls for the batch, or one per request.
     static constexpr bool drain_before_refill = true;  ///< The batch is reaped whole.
     static constexpr const char* name = "sequential";  ///< For reports.
 };
 
 /// Keep up to queue-depth requests in flight: submit new ones as completions arrive.
 struct overlapped {
-    submit_mode submit = submit_mode::block;  ///< One call for what is ready, or one per request.
+    submit_mode submit =
+        submit_mode::block;  ///< Paced calls for what is ready, or one per request.
     static constexpr bool drain_before_refill = false;  ///< Refill after every reap.
     static constexpr const char* name = "overlapped";   ///< For reports.
 };

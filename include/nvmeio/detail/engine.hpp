@@ -21,12 +21,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "nvmeio/aio_context.hpp"
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/backend/request.hpp"
+#include "nvmeio/detail/engine_scratch.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/perf.hpp"
@@ -113,11 +113,19 @@ class engine {
           unit_(target.required_alignment()),
           settings_(settings),
           perf_(settings.perf),
-          state_(count) {}
+          state_(context.scratch().state),
+          slots_(context.scratch().slots),
+          free_(context.scratch().free),
+          pending_(context.scratch().pending),
+          completions_(context.scratch().completions),
+          remnants_(context.scratch().remnants),
+          submit_samples_(context.scratch().submit_samples),
+          completion_samples_(context.scratch().completion_samples) {}
 
     void run() {
         const clock::time_point start = perf_ != nullptr ? clock::now() : clock::time_point{};
         std::size_t body_total = 0;
+        state_.assign(count_, {});  // the context's scratch: no allocation once it is large enough
         for (std::size_t i = 0; i < count_; ++i) {
             segment& s = segments_[i];  // one that arrives failed is not moved
             s.bytes = 0;
@@ -128,11 +136,15 @@ class engine {
             body_total += state_[i].body;
         }
         slots_.resize(queue_depth_);
-        free_.reserve(queue_depth_);
+        free_.clear();
         for (unsigned i = queue_depth_; i > 0; --i)
             free_.push_back(i - 1);
+        pending_.clear();
         pending_.reserve(queue_depth_);
         completions_.resize(std::min<std::size_t>(queue_depth_, 256));
+        remnants_.clear();
+        submit_samples_.clear();
+        completion_samples_.clear();
         if (perf_ != nullptr) {
             const std::size_t expected = body_total / block_size_ + count_ + 2 * queue_depth_;
             submit_samples_.reserve(settings_.one_request_per_call ? expected : expected / 2 + 1);
@@ -170,25 +182,9 @@ class engine {
     }
 
   private:
-    struct segment_state {
-        std::size_t body = 0;         // bytes that go through the backend
-        std::size_t end_of_data = 0;  // where a read met the end of the file
-    };
-    struct slot {
-        std::size_t segment = 0;
-        std::size_t position = 0;  // of the request's range within its segment
-        std::size_t length = 0;
-        std::size_t done = 0;
-        clock::time_point submitted{};
-    };
-    struct remnant {
-        std::size_t segment;
-        std::size_t position;
-        std::size_t length;
-        bool operator<(const remnant& o) const {
-            return std::tie(segment, position) < std::tie(o.segment, o.position);
-        }
-    };
+    using segment_state = engine_scratch::segment_state;
+    using slot = engine_scratch::slot;
+    using remnant = engine_scratch::remnant;
 
     static double microseconds(clock::duration d) {
         return std::chrono::duration<double, std::micro>(d).count();
@@ -278,7 +274,14 @@ class engine {
         while (!lost_) {
             if (purge_) drop_failed_pending(sent);
             if (sent >= pending_.size()) break;
-            const std::size_t count = settings_.one_request_per_call ? 1 : pending_.size() - sent;
+            // Block submit is paced: a call holds no more requests than are already in flight
+            // (one to start an idle queue), because the kernel plugs a multi-request io_submit
+            // and dispatches nothing until the call ends; so the device always has work while the
+            // next call is prepared, and a full queue still takes what is ready in one call.
+            const std::size_t count =
+                settings_.one_request_per_call
+                    ? 1
+                    : std::min(pending_.size() - sent, std::max<std::size_t>(1, inflight_));
             const clock::time_point before = perf_ != nullptr ? clock::now() : clock::time_point{};
             const int rc = backend_.submit(&pending_[sent], count);
             if (perf_ != nullptr) submit_samples_.push_back(microseconds(clock::now() - before));
@@ -464,22 +467,22 @@ class engine {
     const std::size_t unit_;  // 1 when buffered
     const engine_settings settings_;
     transfer_perf* const perf_;
-    std::vector<segment_state> state_;
+    std::vector<segment_state>& state_;  // these live in the context's engine_scratch
 
     std::size_t next_segment_ = 0;  // the next range not yet handed out
     std::size_t next_position_ = 0;
     unsigned inflight_ = 0;
-    std::vector<slot> slots_;
-    std::vector<unsigned> free_;
-    std::vector<io_request> pending_;
-    std::vector<io_completion> completions_;
-    std::vector<remnant> remnants_;
+    std::vector<slot>& slots_;
+    std::vector<unsigned>& free_;
+    std::vector<io_request>& pending_;
+    std::vector<io_completion>& completions_;
+    std::vector<remnant>& remnants_;
     retry_budget transient_;  // completions answering EAGAIN/EINTR/ECANCELED
     bool purge_ = false;      // a segment failed: drop its queued requests before submitting
     bool lost_ = false;       // reaping failed: in-flight requests could not be waited for
 
-    std::vector<double> submit_samples_;
-    std::vector<double> completion_samples_;
+    std::vector<double>& submit_samples_;
+    std::vector<double>& completion_samples_;
     std::uint64_t requests_ = 0;
     std::uint64_t resubmissions_ = 0;
 };

@@ -65,6 +65,11 @@ bench::bench_plan plan(int argc, char** argv) {
                                                  "create it");
     }
     p.config.size = size != 0 ? size : p.target.size;
+    if (p.flags.ring && p.config.size % p.config.block_size != 0) {
+        throw support::usage_error("--size", "with --ring, " + std::to_string(p.config.size) +
+                                                 " bytes must be a whole number of blocks of " +
+                                                 std::to_string(p.config.block_size));
+    }
     bench::check_fits_in_memory(p.config.size);
     return p;
 }

@@ -278,8 +278,12 @@ class fault_backend {
 
     // The kernel moved bytes [from, to) of the request, but the fault says it did not: garble
     // them, so that an engine which trusts the fault and then forgets those bytes is caught.
-    // A read's bytes are garbled in the buffer; a write's in the file, through a second,
-    // buffered descriptor (the kernel keeps the page cache coherent with O_DIRECT).
+    // A read's bytes are garbled in the buffer; a write's in the file, through a second
+    // descriptor. On an O_DIRECT file that descriptor is O_DIRECT too and garbles the whole
+    // 4 KiB pages inside the range only: a buffered write there would bring a page into the
+    // cache whose writeback can land after (and over) another thread's O_DIRECT write to the
+    // rest of that page (what file.hpp explains for write_at), a race of the simulation, not
+    // of the engine.
     static void unmove(const nvmeio::io_request& r, std::int64_t from, std::int64_t to) noexcept {
         if (to <= from) return;
         const auto count = static_cast<std::size_t>(to - from);
@@ -287,16 +291,28 @@ class fault_backend {
             std::memset(static_cast<unsigned char*>(r.buffer) + from, 0xEE, count);
             return;
         }
-        const std::string self = "/proc/self/fd/" + std::to_string(r.fd);
-        const int fd = ::open(self.c_str(), O_WRONLY | O_CLOEXEC);
-        if (fd < 0) std::abort();  // the fault cannot be simulated faithfully: stop loudly
-        const std::vector<unsigned char> garbage(count, 0xEE);
-        if (::pwrite(fd, garbage.data(), count, static_cast<off_t>(r.offset) + from) !=
-            static_cast<ssize_t>(count)) {
-            std::abort();
+        const bool direct = (::fcntl(r.fd, F_GETFL) & O_DIRECT) != 0;
+        std::uint64_t begin = r.offset + static_cast<std::uint64_t>(from);
+        std::uint64_t end = r.offset + static_cast<std::uint64_t>(to);
+        if (direct) {
+            begin = (begin + page - 1) / page * page;
+            end = end / page * page;
+            if (end <= begin) return;
         }
+        const std::string self = "/proc/self/fd/" + std::to_string(r.fd);
+        const int fd = ::open(self.c_str(), O_WRONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
+        if (fd < 0) std::abort();  // the fault cannot be simulated faithfully: stop loudly
+        const auto length = static_cast<std::size_t>(end - begin);
+        void* garbage = std::aligned_alloc(page, (length + page - 1) / page * page);
+        if (garbage == nullptr) std::abort();
+        std::memset(garbage, 0xEE, length);
+        const bool written = ::pwrite(fd, garbage, length, static_cast<off_t>(begin)) ==
+                             static_cast<ssize_t>(length);
+        std::free(garbage);
         ::close(fd);
+        if (!written) std::abort();
     }
+    static constexpr std::uint64_t page = 4096;
 
     static std::mutex& registry_mutex() {
         static std::mutex m;

@@ -463,6 +463,7 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         {bench_tool, "-f {F} -s 1M --strategy fast", "--strategy"},
         {bench_tool, "-f {F} -s 1M --submit many", "--submit"},
         {bench_tool, "-f {F} -s 1M --warm --ring --validate", "--validate"},
+        {bench_tool, "-f {F} -s 1M -b 3K --warm --ring", "--size"},
         {bench_tool, "-f {F} -s 1M --warm --ring --fresh-buffer", "--ring"},
         {tune, "-f {F} -s 1M --ring --fresh-buffer", "--ring"},
         {bench_tool, "-f {F} -s 1M --backend spdk", "--backend"},

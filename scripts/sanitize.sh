@@ -24,6 +24,10 @@ configure_and_build() {  # dir flags standard [targets]
     cmake --build "$dir" -j"$jobs" --target $targets
 }
 
+cpu_seconds() {  # user+sys of the finished children of this shell (fields 16, 17 of its stat)
+    awk -v tick="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.0f", ($14 + $15) / tick }' "/proc/$$/stat"
+}
+
 # The soak's job under a sanitizer is to walk every code path with memory checks on; the full
 # byte-exactness run (300 transfers) is in the normal test pass. Likewise fault_test's
 # front-end matrices run every third cell here and every cell in the normal pass, and the racing
@@ -37,6 +41,7 @@ run_ctest() {  # dir
 
 for stage in "${stages[@]}"; do
     start=$SECONDS
+    cpu=$(cpu_seconds)
     case "$stage" in
         asan)
             dir="$parent/build-asan"
@@ -49,8 +54,9 @@ for stage in "${stages[@]}"; do
             ;;
         tsan)
             dir="$parent/build-tsan"
-            # C++20: the g++ C++20 pair's full build and run (scripts/test.sh builds the others).
-            configure_and_build "$dir" "-O0 -g1 -fsanitize=thread" 20
+            # C++20: the g++ C++20 pair's full build and run (scripts/test.sh builds the others),
+            # with every public header compiled on its own (header_check) as the other pairs do.
+            configure_and_build "$dir" "-O0 -g1 -fsanitize=thread" 20 "nvmeio_tests header_check"
             TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$source_dir/tests/tsan.supp" \
                 run_ctest "$dir"
             ;;
@@ -97,5 +103,5 @@ for stage in "${stages[@]}"; do
             exit 2
             ;;
     esac
-    echo "sanitize: $stage passed in $((SECONDS - start)) s"
+    echo "sanitize: $stage passed in $((SECONDS - start)) s, cpu $(($(cpu_seconds) - cpu)) s (load $(cut -d' ' -f1-3 /proc/loadavg))"
 done

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Quick start, part 2: build and run nvmeio's whole test suite.
-#  - g++ C++17 (Release, -O3) and clang++ C++20 (-O1): everything built (tests, examples, tools),
-#    warnings as errors, every test run (the packaging tests, which build consumer programs, in
-#    the first only), two test programs at a time;
+#  - g++ C++17 (Release, -O3): everything built (tests, examples, tools), warnings as errors,
+#    every test run, among them tools_test and the example tests (which run every tool and
+#    example) and the packaging tests (which build consumer programs);
+#  - clang++ C++20 (-O1): every test program and every public header built with warnings as
+#    errors, every test run but the packaging ones (the examples and tools are thin clients of
+#    the same headers; building them is half of a tree's compile time, and they are built and
+#    run once above);
 #  - clang++ C++17: every public header on its own and the two test programs that instantiate
 #    every engine path (strategies, batches), built with warnings as errors (a compile check);
 #  - then scripts/sanitize.sh: the suite under ASan+UBSan (g++ C++17) and under TSan built as
-#    g++ C++20, which is that pair's full build and run, and a valgrind subset.
+#    g++ C++20, which is that pair's full build (with every public header on its own) and run,
+#    and a valgrind subset.
+# ctest runs two tests at a time (NVMEIO_TEST_JOBS): most of them wait on the disk. Each stage
+# prints its wall time and the CPU time (user+sys) of its build and test run.
 # Optimisation levels keep the suite near ten minutes on two cores: compiling the tests at -O3
 # costs about three times -O0, and -O3 code is what the g++ build runs.
 # Test files go to each build tree, which must be on a filesystem that accepts O_DIRECT.
@@ -15,6 +22,18 @@ cd "$(dirname "$0")/.."
 . scripts/deps.sh
 nvmeio_install_deps
 jobs=$(nproc)
+test_jobs="${NVMEIO_TEST_JOBS:-2}"
+
+cpu_seconds() {  # user+sys of the finished children of this shell (fields 16, 17 of its stat)
+  awk -v tick="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.0f", ($14 + $15) / tick }' "/proc/$$/stat"
+}
+timed() {  # label command...: runs the command, then prints its wall and CPU seconds
+  local label=$1 start=$SECONDS cpu
+  shift
+  cpu=$(cpu_seconds)
+  "$@"
+  echo "time: $label: wall $((SECONDS - start)) s, cpu $(($(cpu_seconds) - cpu)) s (load $(cut -d' ' -f1-3 /proc/loadavg))"
+}
 
 build() {  # dir compiler standard build-type "targets" [cmake args...]
   local dir=$1 cxx=$2 std=$3 type=$4 target=$5
@@ -26,11 +45,18 @@ build() {  # dir compiler standard build-type "targets" [cmake args...]
     exit 1
   fi
 }
+run_tests() {  # dir [ctest args...]
+  local dir=$1
+  shift
+  (cd "$dir" && ctest --output-on-failure -j"$test_jobs" "$@")
+}
 
-build build-test-g++-17 g++ 17 Release all
-(cd build-test-g++-17 && ctest --output-on-failure -j"$jobs")
-build build-test-clang++-20 clang++ 20 None all -DCMAKE_CXX_FLAGS=-O1
-(cd build-test-clang++-20 && ctest --output-on-failure -j"$jobs" -LE packaging)
-build build-test-clang++-17 clang++ 17 None "header_check strategy_test batch_test" -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF
+timed "g++ C++17 build" build build-test-g++-17 g++ 17 Release all
+timed "g++ C++17 tests" run_tests build-test-g++-17
+timed "clang++ C++20 build" build build-test-clang++-20 clang++ 20 None all -DCMAKE_CXX_FLAGS=-O1 \
+  -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF
+timed "clang++ C++20 tests" run_tests build-test-clang++-20 -LE packaging
+timed "clang++ C++17 compile check" build build-test-clang++-17 clang++ 17 None "header_check strategy_test batch_test" \
+  -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF
 scripts/sanitize.sh
 echo "nvmeio: all test runs passed"

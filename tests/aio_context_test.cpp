@@ -1,6 +1,7 @@
 #define BOOST_TEST_MODULE aio_context
 #include <boost/test/unit_test.hpp>
 
+#include <chrono>
 #include <nvmeio/aio_context.hpp>
 #include <string>
 
@@ -34,6 +35,19 @@ BOOST_AUTO_TEST_CASE(zero_queue_depth_is_rejected) {
 BOOST_AUTO_TEST_CASE(zero_block_size_is_rejected) {
     const std::string text = message_of<std::invalid_argument>([] { aio_context c({4, 0}); });
     BOOST_TEST(text.find("block_size must be at least 1 (got 0)") != std::string::npos, text);
+}
+
+BOOST_AUTO_TEST_CASE(a_spin_limit_outside_0_to_1_second_is_rejected) {
+    for (const auto spin : {std::chrono::microseconds{-1}, std::chrono::microseconds{1'000'001}}) {
+        const std::string text = message_of<std::invalid_argument>([&] {
+            aio_context c({4, 4096, spin});
+        });
+        BOOST_TEST(text.find("spin must be between 0 and 1 second (got " +
+                             std::to_string(spin.count()) + " us)") != std::string::npos,
+                   text);
+    }
+    aio_context fine({4, 4096, std::chrono::seconds{1}});
+    BOOST_TEST(fine.options().spin.count() == 1'000'000);
 }
 
 BOOST_AUTO_TEST_CASE(queue_depth_above_aio_max_nr_is_rejected_not_hung) {

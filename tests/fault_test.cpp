@@ -389,8 +389,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(random_mix_of_recoverable_faults_keeps_bytes_exact
     if (!nvmeio_test::backend_usable<Inner>()) return;
     const nvmeio_test::held_resources before;
     {
-        faulty_context<Inner> context({depth, block}, fault_plan{});
+        // Every other seed waits by polling first (context_options::spin), so faults struck on a
+        // poll (EINTR, errors, short results) go through that path too.
+        faulty_context<Inner> sleeping({depth, block}, fault_plan{});
+        faulty_context<Inner> polling({depth, block, std::chrono::microseconds{20}}, fault_plan{});
         for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+            faulty_context<Inner>& context = seed % 2 ? sleeping : polling;
             cell c{fault::short_result,
                    seed % 2 ? strategy_kind::overlapped : strategy_kind::sequential,
                    seed % 4 < 2 ? submit_mode::block : submit_mode::single,
@@ -399,7 +403,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(random_mix_of_recoverable_faults_keeps_bytes_exact
                    seed % 7 == 0,
                    false,
                    seed};
-            BOOST_TEST_CONTEXT("every recoverable fault at once, " << c.str()) {
+            BOOST_TEST_CONTEXT("every recoverable fault at once, " << c.str() << ", spin "
+                                                                   << (seed % 2 ? "off" : "on")) {
                 setup s(c);
                 fault_plan plan;
                 plan.kinds = nvmeio_test::recoverable_faults();

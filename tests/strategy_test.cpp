@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <nvmeio/strategy.hpp>
 #include <string>
@@ -35,10 +36,12 @@ std::string describe(const transfer_config& c, unsigned depth, std::size_t size)
 // `config` into a buffer whose bytes past `size` are a sentinel, and checks every byte.
 template <class Backend>
 void round_trip(std::size_t size, unsigned depth, std::size_t block_size,
-                const transfer_config& config) {
-    BOOST_TEST_CONTEXT(Backend::name << " " << describe(config, depth, size)) {
+                const transfer_config& config,
+                std::chrono::microseconds spin = std::chrono::microseconds{0}) {
+    BOOST_TEST_CONTEXT(Backend::name << " " << describe(config, depth, size)
+                                     << " spin=" << spin.count() << "us") {
         temp_path path("round_trip");
-        basic_aio_context<Backend> context({depth, block_size});
+        basic_aio_context<Backend> context({depth, block_size, spin});
         const std::vector<unsigned char> expected = nvmeio_test::pattern(size, size * 31 + depth);
         aligned_buffer source(size);
         if (size != 0) std::memcpy(source.data(), expected.data(), size);
@@ -77,6 +80,18 @@ BOOST_DATA_TEST_CASE(round_trip_is_byte_exact_for_every_strategy_and_submit_mode
         if (!nvmeio_test::backend_usable<backend>()) return;
         for (const transfer_config& c : every_config())
             round_trip<backend>(size, depth, block, c);
+    });
+}
+
+// Polling the completion ring before sleeping (context_options::spin) changes how the engine
+// waits, never what it moves.
+BOOST_DATA_TEST_CASE(round_trip_is_byte_exact_when_waits_poll_before_sleeping,
+                     bdata::make(sizes) * bdata::make(std::vector<unsigned>{1, 8}), size, depth) {
+    nvmeio_test::for_each_backend([&](auto tag) {
+        using backend = typename decltype(tag)::type;
+        if (!nvmeio_test::backend_usable<backend>()) return;
+        for (const transfer_config& c : every_config())
+            round_trip<backend>(size, depth, block, c, std::chrono::microseconds{50});
     });
 }
 
@@ -370,6 +385,119 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(block_submit_never_holds_more_than_are_in_flight, 
                 BOOST_TEST(calls.size() == 4u * 5u);
         }
     }
+}
+
+// Records the least number of completions each reap asked for: 0 is a poll (never sleeps), more
+// is a wait that may sleep in the kernel. With `deaf_polls`, polls find nothing, as when a
+// device is slower than the spin limit.
+template <class Inner>
+class wait_recorder {
+  public:
+    static inline std::vector<std::size_t> reaps;
+    static inline bool deaf_polls = false;
+
+    explicit wait_recorder(unsigned queue_depth) : real_(queue_depth) {}
+    int submit(const io_request* requests, std::size_t count) noexcept {
+        return real_.submit(requests, count);
+    }
+    int reap(io_completion* out, std::size_t min, std::size_t max,
+             const timespec* timeout) noexcept {
+        reaps.push_back(min);
+        if (min == 0 && deaf_polls) return 0;
+        return real_.reap(out, min, max, timeout);
+    }
+    [[nodiscard]] unsigned queue_depth() const noexcept { return real_.queue_depth(); }
+
+  private:
+    Inner real_;
+};
+
+// Reads `blocks` blocks of a fresh file at queue depth 1 through a recording context polling for
+// `spin`, checks the bytes, and returns the reaps' minimums.
+template <class Backend>
+std::vector<std::size_t> recorded_reaps(std::size_t blocks, std::chrono::microseconds spin,
+                                        bool deaf_polls) {
+    temp_path path("spin");
+    const std::size_t size = blocks * 4096;
+    const auto bytes = nvmeio_test::pattern(size, 9);
+    nvmeio_test::spew(path.str(), bytes.data(), size);
+    basic_aio_context<wait_recorder<Backend>> context({1, 4096, spin});
+    file in(path.str(), open_mode::read, direct_io::on);
+    aligned_buffer target(size);
+    wait_recorder<Backend>::reaps.clear();
+    wait_recorder<Backend>::deaf_polls = deaf_polls;
+    const transfer_result got = read(context, in, target.data(), size, 0);
+    BOOST_TEST(got.bytes == size);
+    BOOST_TEST(std::memcmp(target.data(), bytes.data(), size) == 0);
+    return wait_recorder<Backend>::reaps;
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(without_spin_every_wait_sleeps_in_the_kernel, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
+    const auto reaps = recorded_reaps<TestType>(32, std::chrono::microseconds{0}, false);
+    BOOST_TEST(reaps.size() == 32u);  // depth 1: one wait per request
+    BOOST_TEST(std::count(reaps.begin(), reaps.end(), std::size_t{0}) == 0);
+}
+
+// With a limit no 4 KiB read of a local file comes near, every completion is found by polling:
+// the engine never asks the kernel to wait.
+BOOST_AUTO_TEST_CASE_TEMPLATE(with_spin_a_wait_polls_before_it_sleeps, TestType, backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
+    const auto reaps = recorded_reaps<TestType>(32, std::chrono::seconds{1}, false);
+    BOOST_TEST(std::count(reaps.begin(), reaps.end(), std::size_t{0}) >= 32);
+    BOOST_TEST(std::count_if(reaps.begin(), reaps.end(), [](std::size_t m) { return m > 0; }) == 0);
+}
+
+// The back-off rule alone: when every poll runs out of time, the waits that poll are the 1st and
+// 2nd, then one after skipping 1, 2, 4, ... 64; a poll that succeeds starts it over.
+BOOST_AUTO_TEST_CASE(polls_that_run_out_of_time_back_off_1_2_4_up_to_64_waits) {
+    detail::spin_backoff backoff;
+    std::vector<std::size_t> polled;
+    for (std::size_t wait = 1; wait <= 200; ++wait) {
+        if (!backoff.should_poll()) continue;
+        polled.push_back(wait);
+        backoff.ran_out();
+    }
+    const std::vector<std::size_t> expected = {1, 2, 4, 7, 12, 21, 38, 71, 136};
+    BOOST_TEST(polled == expected, boost::test_tools::per_element());
+
+    backoff.succeeded();  // the failures in a row start over, the skips already due stay
+    std::size_t skipped = 0;
+    while (!backoff.should_poll())
+        ++skipped;
+    BOOST_TEST(skipped <= 64u);
+    backoff.ran_out();  // the first failure after a success skips nothing
+    BOOST_TEST(backoff.should_poll());
+}
+
+// Through the engine: with polls that never find anything (a device slower than the limit), a
+// few of 200 waits poll, the first two among them, and the bytes are exact.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_device_slower_than_the_spin_limit_is_polled_for_few_waits, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
+    const std::size_t blocks = 200;
+    const auto reaps = recorded_reaps<TestType>(blocks, std::chrono::microseconds{100}, true);
+    // Each wait is one run of polls (maybe none) ended by one sleeping reap.
+    std::vector<bool> polled;
+    bool polling = false;
+    for (const std::size_t min : reaps) {
+        if (min == 0) {
+            polling = true;
+            continue;
+        }
+        polled.push_back(polling);
+        polling = false;
+    }
+    // One wait per request (a request the kernel answers short or refuses for now is waited
+    // for again: a few more).
+    BOOST_TEST_REQUIRE(polled.size() >= blocks);
+    BOOST_TEST(polled.size() <= blocks + 10);
+    BOOST_TEST(polled[0]);
+    BOOST_TEST(polled[1]);
+    const auto waits_that_polled = std::count(polled.begin(), polled.end(), true);
+    BOOST_TEST(waits_that_polled >= 8);  // 9 of exactly 200 waits (see the rule above)
+    BOOST_TEST(waits_that_polled <= 10);
 }
 
 // The write-range reservation (fallocate) is for regular files: a character device, which

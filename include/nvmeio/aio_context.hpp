@@ -3,6 +3,7 @@
 /// An asynchronous I/O context: a Backend policy plus the queue depth and block size that every
 /// transfer through it uses.
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -21,6 +22,15 @@ struct context_options {
     /// Bytes per request (>= 1). On an O_DIRECT file it must be a multiple of the file's
     /// alignment; that is checked when a transfer starts, because it depends on the file.
     std::size_t block_size = std::size_t{1} << 20;
+    /// How long a wait for completions first polls the completion ring from user space before
+    /// it sleeps in the kernel; 0 (the default) always sleeps at once. Polling burns the
+    /// waiting thread's CPU but skips the sleep and wake-up, which on a fast device (or a VM,
+    /// where waking a halted vCPU is dear) can cost more than the I/O itself: see
+    /// docs/PERFORMANCE.md ("Waiting for completions"). From the second poll in a row that runs
+    /// out of time, the next waits sleep at once (1, 2, 4, ... up to 64 of them before polling
+    /// again), so a device slower than the limit costs almost nothing extra, while one slow
+    /// completion among quick ones costs only its own wait. At most 1 second.
+    std::chrono::microseconds spin{0};
 };
 
 /// A queue of asynchronous requests served by `Backend` (libaio by default).
@@ -79,6 +89,10 @@ class basic_aio_context {
         if (options.queue_depth == 0)
             detail::throw_invalid("queue_depth must be at least 1 (got 0)");
         if (options.block_size == 0) detail::throw_invalid("block_size must be at least 1 (got 0)");
+        if (options.spin < std::chrono::microseconds::zero() ||
+            options.spin > std::chrono::seconds(1))
+            detail::throw_invalid("spin must be between 0 and 1 second (got " +
+                                  std::to_string(options.spin.count()) + " us)");
         return options;
     }
 

@@ -27,6 +27,7 @@
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/backend/request.hpp"
 #include "nvmeio/detail/engine_scratch.hpp"
+#include "nvmeio/detail/spin_backoff.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/perf.hpp"
@@ -120,7 +121,9 @@ class engine {
           completions_(context.scratch().completions),
           remnants_(context.scratch().remnants),
           submit_samples_(context.scratch().submit_samples),
-          completion_samples_(context.scratch().completion_samples) {}
+          completion_samples_(context.scratch().completion_samples),
+          spin_(context.options().spin),
+          backoff_(context.scratch().backoff) {}
 
     void run() {
         const clock::time_point start = perf_ != nullptr ? clock::now() : clock::time_point{};
@@ -319,19 +322,48 @@ class engine {
         pending_.clear();
     }
 
+    // Waits for at least `min` completions (at most one reap's worth) and handles them.
     void reap(std::size_t min) {
+        min = std::min(min, completions_.size());
+        if (spin_.count() > 0 && !poll_before_sleeping(min)) return;
+        if (min > 0) take(min);
+    }
+
+    // Polls the backend (a reap of at least 0 completions, which never sleeps) until `min` came
+    // or context_options::spin ran out, when the back-off lets this wait poll; `min` becomes
+    // what is still missing. False when reaping failed.
+    bool poll_before_sleeping(std::size_t& min) {
+        if (!backoff_.should_poll()) return true;
+        const clock::time_point deadline = clock::now() + spin_;
+        while (min > 0) {
+            const std::size_t got = take(0);
+            if (lost_) return false;
+            min -= std::min(min, got);
+            if (min == 0) break;
+            if (clock::now() >= deadline) {
+                backoff_.ran_out();
+                return true;
+            }
+            cpu_relax();
+        }
+        backoff_.succeeded();
+        return true;
+    }
+
+    // One reap of at least `min` completions; returns how many were handled.
+    std::size_t take(std::size_t min) {
         int got;
         do {
-            got = backend_.reap(completions_.data(), std::min(min, completions_.size()),
-                                completions_.size(), nullptr);
+            got = backend_.reap(completions_.data(), min, completions_.size(), nullptr);
         } while (got == -EINTR);
         if (got < 0) {
             lose(got);
-            return;
+            return 0;
         }
         const clock::time_point now = perf_ != nullptr ? clock::now() : clock::time_point{};
         for (int i = 0; i < got; ++i)
             complete(completions_[static_cast<std::size_t>(i)], now);
+        return static_cast<std::size_t>(got);
     }
 
     // Reaping failed: requests may still be in flight and cannot be waited for. Every segment
@@ -485,6 +517,8 @@ class engine {
     std::vector<double>& completion_samples_;
     std::uint64_t requests_ = 0;
     std::uint64_t resubmissions_ = 0;
+    const clock::duration spin_;  // context_options::spin
+    spin_backoff& backoff_;       // in the context's scratch: it outlives a transfer
 };
 
 /// Moves `segments` of `f` through `context`; afterwards each has its `bytes` and `failure`.

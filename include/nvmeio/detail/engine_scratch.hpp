@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nvmeio/backend/request.hpp"
+#include "nvmeio/detail/spin_backoff.hpp"
 
 namespace nvmeio::detail {
 
@@ -42,6 +43,7 @@ struct engine_scratch {
     std::vector<remnant> remnants;
     std::vector<double> submit_samples;
     std::vector<double> completion_samples;
+    spin_backoff backoff;  // which waits poll before sleeping (context_options::spin)
 };
 
 }  // namespace nvmeio::detail

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend_support.hpp"
+#include "loop_device.hpp"
 #include "test_support.hpp"
 
 using namespace nvmeio;
@@ -140,6 +141,69 @@ BOOST_AUTO_TEST_CASE(requests_complete_with_their_user_data_and_byte_counts) {
     }
     BOOST_TEST(seen == 0xFu);
     BOOST_TEST(std::memcmp(target.data(), bytes.data(), size) == 0);
+}
+
+// With COOP_TASKRUN the kernel posts a completion finished outside the task (in an interrupt,
+// or by a loop device's worker thread) only when the task next enters the kernel. A reap that
+// polls (min 0, as a wait with context_options::spin does) must see a finished request without
+// waiting for an unrelated entry such as the next timer tick (4 ms at HZ=250): the ring asks the
+// kernel to flag that work (TASKRUN_FLAG) and the reap enters when it is flagged. Each of 100
+// O_DIRECT reads of a loop device (its worker completes them, in RAM speed) is polled for up to
+// 1 ms; without the flag most are not seen in time. Without root the same runs on a regular
+// file, where the completion interrupt often lands on the polling CPU and shows it less.
+BOOST_AUTO_TEST_CASE(a_polling_reap_sees_a_finished_request_without_waiting_for_a_tick) {
+    if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
+    const std::size_t size = 64 * 4096;
+    const auto bytes = nvmeio_test::pattern(size, 4);
+    nvmeio_test::loop_device device(size, 4096, 4);
+    nvmeio_test::temp_path path("uring_poll");
+    std::string target_path = device.path();
+    if (target_path.empty()) {
+        const std::string why = "polling reaps tested on a regular file only: " + device.why_not();
+        if (::geteuid() == 0 && device.why_not().find("does not exist") == std::string::npos)
+            BOOST_ERROR(why);
+        BOOST_WARN_MESSAGE(false, why);
+        nvmeio_test::spew(path.str(), bytes.data(), size);
+        target_path = path.str();
+    }
+    file in(target_path, open_mode::read, direct_io::on);
+    BOOST_TEST_REQUIRE(in.is_direct());
+    aligned_buffer target(4096);
+    io_uring_backend backend(1);
+    const int reads = 100;
+    int seen_polling = 0;
+    for (int i = 0; i < reads; ++i) {
+        const io_request r{in.native_handle(),
+                           operation::read,
+                           target.data(),
+                           4096,
+                           std::uint64_t(i % 64) * 4096,
+                           7};
+        BOOST_TEST_REQUIRE(backend.submit(&r, 1) == 1);
+        io_completion done{};
+        timespec start{}, now{};
+        ::clock_gettime(CLOCK_MONOTONIC, &start);
+        int rc = 0;
+        do {
+            rc = backend.reap(&done, 0, 1, nullptr);
+            ::clock_gettime(CLOCK_MONOTONIC, &now);
+        } while (rc == 0 &&
+                 (now.tv_sec - start.tv_sec) * 1'000'000'000L + (now.tv_nsec - start.tv_nsec) <
+                     1'000'000L);
+        if (rc == 1) {
+            ++seen_polling;
+        } else {
+            do {
+                rc = backend.reap(&done, 1, 1, nullptr);
+            } while (rc == -EINTR);
+            BOOST_TEST_REQUIRE(rc == 1);
+        }
+        BOOST_TEST(done.result == 4096);
+        BOOST_TEST(std::memcmp(target.data(), bytes.data() + (i % 64) * 4096, 4096) == 0);
+    }
+    BOOST_TEST_MESSAGE(seen_polling << " of " << reads << " reads of " << target_path
+                                    << " seen by polling within 1 ms");
+    BOOST_TEST(seen_polling >= reads * 4 / 5);
 }
 
 BOOST_AUTO_TEST_CASE(a_child_after_fork_cannot_touch_the_parents_ring) {

@@ -125,7 +125,10 @@ class io_uring_backend {
         if (queue_depth == 0) detail::throw_invalid("queue_depth must be at least 1 (got 0)");
         io_uring_params params{};
         // Completions are reaped by the submitting thread: no need for an interrupt per I/O.
-        params.flags = IORING_SETUP_COOP_TASKRUN;
+        // The kernel then posts a completion that needs the task's help only when the task
+        // enters the kernel; TASKRUN_FLAG makes it say so in the ring (IORING_SQ_TASKRUN), so a
+        // reap that polls from user space knows when to enter (see `take`).
+        params.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
         int rc = ::io_uring_queue_init_params(queue_depth, &ring_, &params);
         if (rc == -EINVAL) {  // kernels before 5.19 do not know the flag
             params = {};
@@ -208,7 +211,7 @@ class io_uring_backend {
         return limit;
     }
 
-///
+    ///
     /// Registers `buffers` with the kernel and keeps them until unregister_buffers(); on success
     /// `buffers` is left empty, on failure untouched. Use registered_buffer(i) to reach them.
     /// Throws std::invalid_argument when buffers are already registered, when `buffers` is
@@ -409,8 +412,13 @@ class io_uring_backend {
                         "", 0, 0});
     }
 
-    // Moves up to `max` ready completions into `out` without waiting.
+    // Moves up to `max` ready completions into `out` without waiting. When none is in the ring
+    // but the kernel flags work it has for this task (completions to post, IORING_SQ_TASKRUN),
+    // one io_uring_enter lets it post them first.
     std::size_t take(io_completion* out, std::size_t max) noexcept {
+        if (max > 0 && ::io_uring_cq_ready(&ring_) == 0 &&
+            (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0)
+            (void)::io_uring_get_events(&ring_);
         std::size_t got = 0;
         while (got < max) {
             io_uring_cqe* cqes[64];

@@ -49,6 +49,7 @@ struct bench_outcome {
             {"single_submit", c.submit == submit_mode::single},
             {"threads", c.threads},
             {"backend", support::name_of(support::backend_names(), c.backend)},
+            {"spin_us", c.spin.count()},
             {"direct_io", true}};
 }
 
@@ -87,13 +88,14 @@ inline void report_table(std::ostream& out, const bench_plan& p, const bench_out
     out << "nvmeio-bench  machine: " << support::describe_machine(c.path) << "\n";
     std::snprintf(line, sizeof line,
                   "%s %s (%s), %s %llu bytes per pass, block %s, queue depth %u, %s/%s, %u "
-                  "thread(s), backend %s, O_DIRECT, %u warm-up + %u measured passes, cache %s%s\n",
+                  "thread(s), backend %s, spin %lld us, O_DIRECT, %u warm-up + %u measured passes, "
+                  "cache %s%s\n",
                   to_string(p.target.kind), c.path.c_str(), o.created ? "created" : "existing",
                   to_string(c.op), static_cast<unsigned long long>(c.size),
                   support::format_size(c.block_size).c_str(), c.queue_depth, to_string(c.strategy),
                   support::name_of(support::submit_names(), c.submit).c_str(), c.threads,
-                  support::name_of(support::backend_names(), c.backend).c_str(), p.warmup, p.loops,
-                  o.cache.c_str(),
+                  support::name_of(support::backend_names(), c.backend).c_str(),
+                  static_cast<long long>(c.spin.count()), p.warmup, p.loops, o.cache.c_str(),
                   o.cache == "cold" ? " (page cache dropped before every pass)" : "");
     out << line << "buffer: "
         << (p.flags.ring   ? "a ring of threads x queue depth x block size bytes (--ring)"

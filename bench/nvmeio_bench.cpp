@@ -56,6 +56,7 @@ bench::bench_plan plan(int argc, char** argv) {
     p.config.submit = transfer.submit;
     p.config.backend = transfer.backend;
     p.config.ring = p.flags.ring;
+    p.config.spin = std::chrono::microseconds{transfer.spin_us};
     p.target = support::inspect_target(p.flags.path);
     if (p.config.op == nvmeio::operation::write)
         support::check_write_allowed(p.target, p.flags.allow_device_write);

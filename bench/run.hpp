@@ -6,6 +6,7 @@
 
 #include <nvmeio/nvmeio.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -37,6 +38,8 @@ struct run_config {
     /// Through a ring of threads x queue depth x block size bytes (fio's footprint) instead of
     /// the whole-range buffer.
     bool ring = false;
+    /// context_options::spin: how long a wait polls before it sleeps.
+    std::chrono::microseconds spin{0};
 };
 
 /// What one measured pass did.
@@ -180,7 +183,7 @@ class runner {
 
     // The last parallel context made, per backend, and what it was made for.
     struct context_cache {
-        using key = std::tuple<unsigned, unsigned, std::size_t>;
+        using key = std::tuple<unsigned, unsigned, std::size_t, std::chrono::microseconds>;
         std::optional<basic_parallel_context<libaio_backend>> libaio;
         key libaio_key{};
 #if NVMEIO_HAS_IO_URING
@@ -189,13 +192,13 @@ class runner {
 #endif
         template <class Backend>
         basic_parallel_context<Backend>& get(const run_config& c) {
-            const key wanted{c.threads, c.queue_depth, c.block_size};
+            const key wanted{c.threads, c.queue_depth, c.block_size, c.spin};
             auto [slot, slot_key] = slot_of<Backend>();
             if (!slot->has_value() || *slot_key != wanted) {
                 slot->reset();
                 parallel_options options;
                 options.threads = c.threads;
-                options.context = {c.queue_depth, c.block_size};
+                options.context = {c.queue_depth, c.block_size, c.spin};
                 slot->emplace(options);
                 *slot_key = wanted;
             }

@@ -48,11 +48,12 @@ struct tune_plan {
     switch_axis overlap = switch_axis::both;                                   ///< --overlap
     switch_axis single_submit = switch_axis::both;                             ///< --single-submit
     std::vector<unsigned> threads{1, 2, 4, 8};                                 ///< -p
-    unsigned repeats = 3;                                                      ///< -r
-    double budget = 0;        ///< --budget seconds, 0: none
-    double pause = 0;         ///< --pause seconds before each run
-    bool vs_fio = false;      ///< --vs-fio
-    bool references = false;  ///< --references
+    std::vector<unsigned> spins{0};  ///< --spins: context_options::spin values, microseconds
+    unsigned repeats = 3;            ///< -r
+    double budget = 0;               ///< --budget seconds, 0: none
+    double pause = 0;                ///< --pause seconds before each run
+    bool vs_fio = false;             ///< --vs-fio
+    bool references = false;         ///< --references
     support::backend_kind backend = support::backend_kind::libaio;  ///< --backend
     std::string out_dir = "nvmeio-tune-out";                        ///< -o
     unsigned seed = 1;                                              ///< --seed
@@ -82,6 +83,11 @@ inline void add_tune_options(CLI::App& app, tune_plan& p) {
     support::add_count_list_option(app, "-p,--threads", p.threads,
                                    "thread counts (intra_op_parallelism), comma separated", 1u,
                                    1024u);
+    support::add_count_list_option(app, "--spins", p.spins,
+                                   "microseconds a wait polls the completion ring before it "
+                                   "sleeps (context_options::spin; 0: sleep at once), comma "
+                                   "separated",
+                                   0u, 1000000u);
     support::add_count_option(app, "-r,--repeats", p.repeats,
                               "runs per point; the median is reported", 1u, 1000u);
     support::add_seconds_option(app, "--budget", p.budget,
@@ -146,12 +152,16 @@ inline void check_tune_plan(tune_plan& p) {
                     std::vector<task> group;
                     for (const bool overlap : switch_values(p.overlap)) {
                         for (const bool single : switch_values(p.single_submit)) {
-                            c.strategy =
-                                overlap ? strategy_kind::overlapped : strategy_kind::sequential;
-                            c.submit = single ? submit_mode::single : submit_mode::block;
-                            group.push_back({"nvmeio", c});
+                            for (const unsigned spin : p.spins) {
+                                c.strategy =
+                                    overlap ? strategy_kind::overlapped : strategy_kind::sequential;
+                                c.submit = single ? submit_mode::single : submit_mode::block;
+                                c.spin = std::chrono::microseconds{spin};
+                                group.push_back({"nvmeio", c});
+                            }
                         }
                     }
+                    c.spin = std::chrono::microseconds{0};
                     if (p.vs_fio) group.push_back({"fio", c});
                     groups.push_back(group);
                 }

@@ -22,7 +22,8 @@
 namespace nvmeio::bench {
 
 /// What identifies a point of the sweep (without the repeat).
-using point_key = std::tuple<int, std::string, std::size_t, unsigned, int, int, unsigned>;
+using point_key =
+    std::tuple<int, std::string, std::size_t, unsigned, int, int, unsigned, long long>;
 
 /// The medians of one point.
 struct point_summary {
@@ -41,7 +42,8 @@ using point_map = std::map<point_key, point_summary>;
             r.config.queue_depth,
             nvmeio ? r.config.strategy == strategy_kind::overlapped : -1,
             nvmeio ? r.config.submit == submit_mode::single : -1,
-            r.config.threads};
+            r.config.threads,
+            nvmeio ? static_cast<long long>(r.config.spin.count()) : -1};
 }
 
 [[nodiscard]] inline point_map summarize_points(const std::vector<run_record>& records) {
@@ -66,6 +68,7 @@ using point_map = std::map<point_key, point_summary>;
     std::get<1>(key) = "fio";
     std::get<4>(key) = -1;
     std::get<5>(key) = -1;
+    std::get<7>(key) = -1;
     const auto it = points.find(key);
     return it == points.end() ? nullptr : &it->second;
 }
@@ -74,7 +77,7 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
     std::ofstream csv(path);
     csv << "index,repeat,op,method,backend,block_size,queue_depth,overlap_events,single_submit,"
            "threads,cache,bytes,elapsed_us,gb_per_s,cpu_seconds_per_gib,submit_avg_us,"
-           "submit_p99_us,complete_avg_us,complete_p99_us\n";
+           "submit_p99_us,complete_avg_us,complete_p99_us,spin_us\n";
     for (const run_record& r : records) {
         const bool nvmeio = r.method == "nvmeio";
         const bool queued = nvmeio || r.method == "fio";
@@ -88,8 +91,8 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
             << ","
             << (nvmeio ? r.config.strategy == strategy_kind::overlapped ? "true" : "false" : "")
             << "," << (nvmeio ? r.config.submit == submit_mode::single ? "true" : "false" : "")
-            << "," << r.config.threads << "," << r.cache << "," << r.bytes << "," << numbers
-            << "\n";
+            << "," << r.config.threads << "," << r.cache << "," << r.bytes << "," << numbers << ","
+            << (nvmeio ? std::to_string(r.config.spin.count()) : "") << "\n";
     }
     if (!csv) throw std::runtime_error("cannot write '" + path + "'");
 }
@@ -117,6 +120,7 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
     j["backend"] = support::name_of(support::backend_names(), r.config.backend);
     j["overlap_events"] = r.config.strategy == strategy_kind::overlapped;
     j["single_submit"] = r.config.submit == submit_mode::single;
+    j["spin_us"] = r.config.spin.count();
     if (const point_summary* f = fio_of(points, r)) {
         j["fio_gb_per_s"] = support::stats_json(f->rate);
         j["fio_cpu_seconds_per_gib"] = support::stats_json(f->cpu);
@@ -143,6 +147,7 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
                    {"cpu_seconds_per_gib", s->cpu.median},
                    {"repeats", s->rate.count},
                    {"spread", s->rate.spread()},
+                   {"spin_us", s->first.config.spin.count()},
                    {"aio", aio_block(s->first)}};
     }
     const point_summary* read = nullptr;
@@ -167,6 +172,7 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
                        {"read_gb_per_s", read->rate.median},
                        {"write_gb_per_s", write->rate.median},
                        {"combined_is", "harmonic mean of read and write medians"},
+                       {"spin_us", read->first.config.spin.count()},
                        {"aio", aio_block(read->first)}};
     }
     return out;
@@ -187,6 +193,7 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
             {"overlap_events", support::name_of(switch_axis_names(), p.overlap)},
             {"single_submit", support::name_of(switch_axis_names(), p.single_submit)},
             {"threads", p.threads},
+            {"spins_us", p.spins},
             {"repeats", p.repeats},
             {"budget_seconds", p.budget},
             {"pause_seconds", p.pause},

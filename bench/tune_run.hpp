@@ -52,6 +52,8 @@ struct tune_outcome {
     if (r.method == "nvmeio") {
         text += r.config.strategy == strategy_kind::overlapped ? " overlap" : " seq";
         text += r.config.submit == submit_mode::single ? "/single" : "/block";
+        if (r.config.spin.count() != 0)
+            text += " spin" + std::to_string(r.config.spin.count()) + "us";
     }
     return text + " P" + std::to_string(r.config.threads);
 }

@@ -12,6 +12,7 @@
 #include <nvmeio/nvmeio.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <iostream>
 #include <limits>
@@ -378,6 +379,7 @@ struct transfer_flags {
     std::uint64_t block_size = std::uint64_t{1} << 20;   ///< --block-size, 4K..1G
     direct_io direct = direct_io::on;                    ///< --direct
     backend_kind backend = backend_kind::libaio;         ///< --backend
+    unsigned spin_us = 0;                                ///< --spin, microseconds, 0..1000000
 
     /// Largest --block-size accepted.
     static constexpr std::uint64_t max_block_size = std::uint64_t{1} << 30;
@@ -406,6 +408,11 @@ struct transfer_flags {
         }
         add_enum_option(app, "--backend", backend, backend_names(),
                         "I/O backend (io_uring where built with liburing)");
+        add_count_option(app, "--spin", spin_us,
+                         "microseconds a wait for completions polls the completion ring before "
+                         "it sleeps in the kernel (0: sleep at once); a poll that runs out of "
+                         "time backs off for 1, 2, 4 ... 64 waits (context_options::spin)",
+                         0u, 1000000u);
     }
 
     /// Checks what one flag alone cannot: an O_DIRECT block size that no device could take.
@@ -427,13 +434,15 @@ struct transfer_flags {
     }
     /// Queue depth and block size of a context.
     [[nodiscard]] context_options context() const {
-        return {queue_depth, static_cast<std::size_t>(block_size)};
+        return {queue_depth, static_cast<std::size_t>(block_size),
+                std::chrono::microseconds{spin_us}};
     }
     /// "read overlapped/block qd=32 bs=1M libaio".
     [[nodiscard]] std::string label(const std::string& op) const {
         return op + " " + name_of(strategy_names(), strategy) + "/" +
                name_of(submit_names(), submit) + " qd=" + std::to_string(queue_depth) +
-               " bs=" + format_size(block_size) + " " + name_of(backend_names(), backend);
+               " bs=" + format_size(block_size) + " " + name_of(backend_names(), backend) +
+               (spin_us != 0 ? " spin=" + std::to_string(spin_us) + "us" : "");
     }
 };
 

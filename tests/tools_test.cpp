@@ -146,7 +146,7 @@ BOOST_AUTO_TEST_CASE(bench_reports_every_pass_of_the_configuration_as_json) {
     const ran r =
         run(quoted(tool("NVMEIO_BENCH")) + " -f " + quoted(path.str()) +
                 " -s 4M -b 256K -q 4 -p 2 --strategy sequential --submit single -n 2 -w 1 "
-                "--warm --validate --json",
+                "--spin 30 --warm --validate --json",
             "bench-json");
     BOOST_TEST_REQUIRE(r.status == 0, r.err);
     const json doc = json::parse(r.out);
@@ -156,6 +156,7 @@ BOOST_AUTO_TEST_CASE(bench_reports_every_pass_of_the_configuration_as_json) {
     BOOST_TEST(doc["config"]["threads"] == 2);
     BOOST_TEST(doc["config"]["overlap_events"] == false);
     BOOST_TEST(doc["config"]["single_submit"] == true);
+    BOOST_TEST(doc["config"]["spin_us"] == 30);
     BOOST_TEST(doc["cache"] == "warm");
     BOOST_TEST(doc["file_created"] == true);
     BOOST_TEST(doc["validation"] == "passed");
@@ -169,6 +170,35 @@ BOOST_AUTO_TEST_CASE(bench_reports_every_pass_of_the_configuration_as_json) {
     }
     BOOST_TEST(doc["gb_per_s"]["count"] == 2);
     BOOST_TEST(nvmeio_test::file_size(path.str()) == 4194304u);
+}
+
+// --spins is one more axis: every value runs at every point, and each run and point says which.
+BOOST_AUTO_TEST_CASE(tune_sweeps_spin_values_as_an_axis) {
+    nvmeio_test::temp_path path("tune-spin");
+    const std::string dir = out_dir("tune-spin-out");
+    const ran r = run(quoted(tool("NVMEIO_TUNE")) + " -f " + quoted(path.str()) +
+                          " -s 1M -b 64K -q 2 -p 1 --ops read --overlap on --single-submit off "
+                          "--spins 0,50 -r 2 --warm -o " +
+                          quoted(dir),
+                      "tune-spin");
+    BOOST_TEST_REQUIRE(r.status == 0, r.err);
+    const auto rows = read_csv(dir + "/runs.csv");
+    BOOST_TEST_REQUIRE(rows.size() == 1u + 4u);  // 2 spin values x 2 repeats
+    const std::size_t spin = column(rows[0], "spin_us");
+    std::vector<std::string> spins;
+    for (std::size_t i = 1; i < rows.size(); ++i)
+        spins.push_back(rows[i][spin]);
+    std::sort(spins.begin(), spins.end());
+    BOOST_TEST(spins == (std::vector<std::string>{"0", "0", "50", "50"}),
+               boost::test_tools::per_element());
+    const json doc = json::parse(read_text(dir + "/summary.json"));
+    BOOST_TEST(doc["parameters"]["spins_us"] == json::array({0, 50}));
+    BOOST_TEST_REQUIRE(doc["points"].size() == 2u);
+    std::vector<long long> point_spins;
+    for (const json& p : doc["points"])
+        point_spins.push_back(p["spin_us"].get<long long>());
+    std::sort(point_spins.begin(), point_spins.end());
+    BOOST_TEST(point_spins == (std::vector<long long>{0, 50}), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(bench_write_passes_leave_the_file_content_unchanged) {
@@ -436,6 +466,9 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
     const char* compare_bench = "NVMEIO_PROGRAM_COMPARE_BENCH";
     const std::vector<silly_case> cases = {
         {bench_tool, "-f {F} -s -1", "--size"},
+        {bench_tool, "-f {F} -s 1M --spin -1", "--spin"},
+        {bench_tool, "-f {F} -s 1M --spin 1000001", "--spin"},
+        {load_model, "{F} --spin 1e9", "--spin"},
         {bench_tool, "-f {F} -s 0", "--size"},
         {bench_tool, "-f {F} -s 1X", "--size"},
         {bench_tool, "-f {F} -s 1.5G", "--size"},
@@ -474,6 +507,8 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         {tune, "-f {F} -s 1M -b 64K -q 4,0 --warm", "--queue-depths"},
         {tune, "-f {F} -s 1M -b 64K -p 1,0 --warm", "--threads"},
         {tune, "-f {F} -s 1M -b 64K -r 0 --warm", "--repeats"},
+        {tune, "-f {F} -s 1M -b 64K --spins 0,x --warm", "--spins"},
+        {tune, "-f {F} -s 1M -b 64K --spins 2000000 --warm", "--spins"},
         {tune, "-f {F} -s 1M -b 64K --budget -1 --warm", "--budget"},
         {tune, "-f {F} -s 1M -b 64K --budget nan --warm", "--budget"},
         {tune, "-f {F} -s 1M -b 64K --pause inf --warm", "--pause"},

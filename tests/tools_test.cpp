@@ -97,6 +97,14 @@ std::string out_dir(const std::string& name) {
     return dir;
 }
 
+// Runs nvmeio-tune on `target` with `args`, writing into `dir`.
+ran run_tune(const nvmeio_test::temp_path& target, const std::string& args, const std::string& dir,
+             const std::string& tag) {
+    return run(quoted(tool("NVMEIO_TUNE")) + " -f " + quoted(target.str()) + " " + args + " -o " +
+                   quoted(dir),
+               tag);
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------ shared helpers
@@ -176,11 +184,10 @@ BOOST_AUTO_TEST_CASE(bench_reports_every_pass_of_the_configuration_as_json) {
 BOOST_AUTO_TEST_CASE(tune_sweeps_spin_values_as_an_axis) {
     nvmeio_test::temp_path path("tune-spin");
     const std::string dir = out_dir("tune-spin-out");
-    const ran r = run(quoted(tool("NVMEIO_TUNE")) + " -f " + quoted(path.str()) +
-                          " -s 1M -b 64K -q 2 -p 1 --ops read --overlap on --single-submit off "
-                          "--spins 0,50 -r 2 --warm -o " +
-                          quoted(dir),
-                      "tune-spin");
+    const ran r = run_tune(path,
+                           "-s 1M -b 64K -q 2 -p 1 --ops read --overlap on --single-submit off "
+                           "--spins 0,50 -r 2 --warm",
+                           dir, "tune-spin");
     BOOST_TEST_REQUIRE(r.status == 0, r.err);
     const auto rows = read_csv(dir + "/runs.csv");
     BOOST_TEST_REQUIRE(rows.size() == 1u + 4u);  // 2 spin values x 2 repeats
@@ -270,10 +277,8 @@ BOOST_AUTO_TEST_CASE(bench_runs_on_io_uring_or_says_precisely_why_not) {
 BOOST_AUTO_TEST_CASE(tune_sweeps_every_combination_and_writes_csv_json_and_heat_maps) {
     nvmeio_test::temp_path path("tune");
     const std::string dir = out_dir("tune-out");
-    const ran r = run(quoted(tool("NVMEIO_TUNE")) + " -f " + quoted(path.str()) +
-                          " -s 2M -b 64K,128K -q 2,4 -p 1,2 --single-submit off -r 2 --warm -o " +
-                          quoted(dir),
-                      "tune");
+    const ran r = run_tune(path, "-s 2M -b 64K,128K -q 2,4 -p 1,2 --single-submit off -r 2 --warm",
+                           dir, "tune");
     BOOST_TEST_REQUIRE(r.status == 0, r.err);
     BOOST_TEST(r.err.find('\r') == std::string::npos);  // no progress line when not a terminal
     BOOST_TEST(r.err.empty(), r.err);
@@ -341,10 +346,8 @@ BOOST_AUTO_TEST_CASE(tune_sweeps_every_combination_and_writes_csv_json_and_heat_
 BOOST_AUTO_TEST_CASE(tune_budget_stops_early_and_says_so) {
     nvmeio_test::temp_path path("tune-budget");
     const std::string dir = out_dir("tune-budget-out");
-    const ran r =
-        run(quoted(tool("NVMEIO_TUNE")) + " -f " + quoted(path.str()) +
-                " -s 1M -b 64K -q 2,4,8 -p 1 -r 3 --ops write --budget 0.000001 -o " + quoted(dir),
-            "tune-budget");
+    const ran r = run_tune(path, "-s 1M -b 64K -q 2,4,8 -p 1 -r 3 --ops write --budget 0.000001",
+                           dir, "tune-budget");
     BOOST_TEST_REQUIRE(r.status == 0, r.err);
     const json doc = json::parse(read_text(dir + "/summary.json"));
     BOOST_TEST(doc["budget_exhausted"] == true);
@@ -358,11 +361,9 @@ BOOST_AUTO_TEST_CASE(tune_budget_stops_early_and_says_so) {
 BOOST_AUTO_TEST_CASE(tune_labels_reads_cold_only_after_dropping_the_page_cache) {
     nvmeio_test::temp_path path("tune-cold");
     const std::string dir = out_dir("tune-cold-out");
-    const ran r = run(quoted(tool("NVMEIO_TUNE")) + " -f " + quoted(path.str()) +
-                          " -s 1M -b 256K -q 4 -p 1 -r 1 --ops read --overlap on "
-                          "--single-submit off -o " +
-                          quoted(dir),
-                      "tune-cold");
+    const ran r =
+        run_tune(path, "-s 1M -b 256K -q 4 -p 1 -r 1 --ops read --overlap on --single-submit off",
+                 dir, "tune-cold");
     std::string why;
     if (::geteuid() == 0 && support::drop_page_cache(why)) {
         BOOST_TEST_REQUIRE(r.status == 0, r.err);
@@ -396,9 +397,7 @@ BOOST_AUTO_TEST_CASE(tune_vs_fio_reports_both_rates_and_the_ratio_per_point) {
     }
     nvmeio_test::temp_path path("tune-fio");
     const std::string dir = out_dir("tune-fio-out");
-    const ran r = run(quoted(tool("NVMEIO_TUNE")) + " -f " + quoted(path.str()) +
-                          " -s 2M -b 256K -q 4 -p 1,2 -r 1 --warm --vs-fio -o " + quoted(dir),
-                      "tune-fio");
+    const ran r = run_tune(path, "-s 2M -b 256K -q 4 -p 1,2 -r 1 --warm --vs-fio", dir, "tune-fio");
     BOOST_TEST_REQUIRE(r.status == 0, r.err);
     const auto rows = read_csv(dir + "/runs.csv");
     const std::size_t method = column(rows[0], "method"), bytes = column(rows[0], "bytes");

@@ -101,7 +101,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(transfers_under_a_signal_storm_are_byte_exact, Bac
     // (io-wq) started, so each io_uring round has a new context. libaio's io_destroy waits for
     // an RCU grace period (milliseconds), so its rounds share one, used by a thread at a time.
     constexpr bool fresh_contexts = !std::is_same_v<Backend, libaio_backend>;
-    std::optional<basic_aio_context<Backend>> context;
+    // Rounds 4-7, 12-15, ... wait by polling before they sleep (context_options::spin): a signal
+    // then lands while the thread polls as often as while it sleeps.
+    std::optional<basic_aio_context<Backend>> contexts[2];
     aligned_buffer source(size);
     aligned_buffer back(size);
     const std::vector<transfer_config> configs = every_config();
@@ -109,14 +111,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(transfers_under_a_signal_storm_are_byte_exact, Bac
         const transfer_config& config = configs[round % configs.size()];
         // Buffered writes are the ones io_uring hands to its worker threads.
         const direct_io direct = round % 4 == 0 ? direct_io::on : direct_io::off;
+        const bool polls = (round / 4) % 2 == 1;
         const std::string what = std::string(Backend::name) + " round " + std::to_string(round) +
                                  " " + to_string(config.strategy) + "/" + to_string(config.submit) +
-                                 " direct=" + to_string(direct);
+                                 " direct=" + to_string(direct) + (polls ? " spin=20us" : "");
         // Each round on a thread of its own.
         nvmeio_test::within(std::chrono::seconds(120), what, [&] {
             target.store(static_cast<pid_t>(::syscall(SYS_gettid)));
             try {
-                if (fresh_contexts || !context) context.emplace(context_options{16, 64 * 1024});
+                auto& context = contexts[polls ? 1 : 0];
+                if (fresh_contexts || !context) {
+                    context.emplace(
+                        context_options{16, 64 * 1024, std::chrono::microseconds{polls ? 20 : 0}});
+                }
                 temp_path path("storm");
                 nvmeio_test::fill_pattern(source.data(), size, round);
                 {

@@ -127,7 +127,7 @@ class io_uring_backend {
         // Completions are reaped by the submitting thread: no need for an interrupt per I/O.
         // The kernel then posts a completion that needs the task's help only when the task
         // enters the kernel; TASKRUN_FLAG makes it say so in the ring (IORING_SQ_TASKRUN), so a
-        // reap that polls from user space knows when to enter (see `take`).
+        // reap that polls from user space knows when to enter (see `reap`).
         params.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
         int rc = ::io_uring_queue_init_params(queue_depth, &ring_, &params);
         if (rc == -EINVAL) {  // kernels before 5.19 do not know the flag
@@ -179,6 +179,12 @@ class io_uring_backend {
         if (creator_ != detail::this_process_id()) return -EINVAL;
         if (min > max) min = max;
         std::size_t got = take(out, max);
+        if (got == 0 && min == 0 && max > 0 && task_work_flagged()) {
+            // A poll: the kernel holds finished requests it posts only when this task enters
+            // it (COOP_TASKRUN), so enter once. A wait below enters anyway.
+            (void)::io_uring_get_events(&ring_);
+            got = take(out, max);
+        }
         if (got >= min) return static_cast<int>(got);
         const auto wanted = static_cast<unsigned>(min - got);
         int rc;
@@ -412,13 +418,14 @@ class io_uring_backend {
                         "", 0, 0});
     }
 
-    // Moves up to `max` ready completions into `out` without waiting. When none is in the ring
-    // but the kernel flags work it has for this task (completions to post, IORING_SQ_TASKRUN),
-    // one io_uring_enter lets it post them first.
+    // True when the kernel has work for this task, such as completions to post
+    // (IORING_SQ_TASKRUN, set because the ring asked for TASKRUN_FLAG).
+    bool task_work_flagged() const noexcept {
+        return (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0;
+    }
+
+    // Moves up to `max` ready completions into `out` without waiting.
     std::size_t take(io_completion* out, std::size_t max) noexcept {
-        if (max > 0 && ::io_uring_cq_ready(&ring_) == 0 &&
-            (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0)
-            (void)::io_uring_get_events(&ring_);
         std::size_t got = 0;
         while (got < max) {
             io_uring_cqe* cqes[64];

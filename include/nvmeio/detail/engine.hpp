@@ -27,6 +27,8 @@
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/backend/request.hpp"
 #include "nvmeio/detail/engine_scratch.hpp"
+#include "nvmeio/detail/retry_budget.hpp"
+#include "nvmeio/detail/segment.hpp"
 #include "nvmeio/detail/spin_backoff.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
@@ -34,68 +36,6 @@
 
 namespace nvmeio {
 namespace detail {
-
-/// How long a request the kernel keeps refusing is tried again: an io_submit answering EAGAIN
-/// with nothing in flight, or completions answering EAGAIN/EINTR/ECANCELED without progress.
-inline constexpr std::chrono::seconds submit_retry_budget{10};
-
-/// Counts `submit_retry_budget` from the first of a run of "try again" answers.
-class retry_budget {
-  public:
-    /// Progress: the next "try again" starts a new budget.
-    void reset() noexcept { deadline_ = {}; }
-    /// Starts the budget on first use; true once it is spent.
-    bool spent() noexcept {
-        const auto now = std::chrono::steady_clock::now();
-        if (deadline_ == std::chrono::steady_clock::time_point{})
-            deadline_ = now + submit_retry_budget;
-        return now >= deadline_;
-    }
-
-  private:
-    std::chrono::steady_clock::time_point deadline_{};
-};
-
-/// Makes `[offset, offset + length)` lie inside the file before any of it is written
-/// (file::reserve_range: fallocate on regular files, under the file's size mutex; devices never
-/// get one). An O_DIRECT write that grows a file is done synchronously inside io_submit on ext4
-/// and XFS, which defeats the queue; and a reserved range is never cut by another writer's trim.
-inline io_failure reserve_write_range(file& f, std::uint64_t offset, std::size_t length) {
-    io_failure failure;
-    f.reserve_range(offset, length, failure);
-    return failure;
-}
-
-/// After a padded write (whole alignment units written past the caller's end, see
-/// `segment::span`): when the file still ends where the padding ended, cuts it back to `keep`,
-/// the larger of the caller's end and where the file ended inside that unit before. The check and
-/// the cut hold the file's size mutex, so a range another writer reserved meanwhile is left alone.
-inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uint64_t keep) {
-    io_failure failure;
-    f.trim_padding(padded_end, keep, failure);
-    return failure;
-}
-
-/// One range of a transfer.
-struct segment {
-    std::byte* memory = nullptr;  ///< Memory side: aligned like the file's O_DIRECT rules.
-    std::uint64_t offset = 0;     ///< File offset: aligned like the file's O_DIRECT rules.
-    std::size_t length = 0;       ///< Bytes the caller wants moved.
-    /// Bytes of `memory` the I/O may use, 0 for `length`. When it is `length` rounded up to the
-    /// file's alignment (engine-owned memory), the whole segment goes through the queue: a read
-    /// fetches whole units, a write writes whole units whose bytes past `length` the owner has
-    /// merged from the file (and trims the file afterwards).
-    std::size_t span = 0;
-    std::size_t bytes = 0;  ///< Result: moved; fewer than `length` only for a read at the end.
-    io_failure failure;     ///< Result: why the segment failed.
-};
-
-/// How the engine runs.
-struct engine_settings {
-    bool drain_before_refill = false;   ///< Sequential: reap the whole round before refilling.
-    bool one_request_per_call = false;  ///< submit_mode::single.
-    transfer_perf* perf = nullptr;      ///< Measure into this (no clock is read without it).
-};
 
 template <class Backend>
 class engine {

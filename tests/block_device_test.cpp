@@ -7,8 +7,12 @@
 
 #include <unistd.h>
 
+#include <dirent.h>
+#include <sys/syscall.h>
+
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <nvmeio/aio_context.hpp>
 #include <nvmeio/backend/io_uring.hpp>
 #include <nvmeio/batch.hpp>
@@ -16,6 +20,7 @@
 #include <nvmeio/parallel.hpp>
 #include <nvmeio/strategy.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend_support.hpp"
@@ -45,6 +50,47 @@ bool make_device(const nvmeio_test::loop_device& device, unsigned sector_size) {
     }
     return false;
 }
+
+// The io-wq worker threads the thread `tid` has (io_uring names them "iou-wrk-<tid>").
+int io_workers_of(long tid) {
+    const std::string name = "iou-wrk-" + std::to_string(tid);
+    int count = 0;
+    DIR* tasks = ::opendir("/proc/self/task");
+    BOOST_TEST_REQUIRE(tasks != nullptr);
+    while (const dirent* entry = ::readdir(tasks)) {
+        std::ifstream comm(std::string("/proc/self/task/") + entry->d_name + "/comm");
+        std::string line;
+        if (std::getline(comm, line) && line == name) ++count;
+    }
+    ::closedir(tasks);
+    return count;
+}
+
+std::size_t sysfs_queue_limit(const std::string& device, const char* name) {
+    std::ifstream in("/sys/block/" + device.substr(device.rfind('/') + 1) + "/queue/" + name);
+    std::size_t value = 0;
+    in >> value;
+    return value;
+}
+
+// io_uring_backend, counting the most requests it had in flight at once.
+class counting_io_uring : public io_uring_backend {
+  public:
+    using io_uring_backend::io_uring_backend;
+    int submit(const io_request* requests, std::size_t count) noexcept {
+        const int rc = io_uring_backend::submit(requests, count);
+        if (rc > 0) most = std::max(most, in_flight += static_cast<std::size_t>(rc));
+        return rc;
+    }
+    int reap(io_completion* out, std::size_t min, std::size_t max,
+             const timespec* timeout) noexcept {
+        const int rc = io_uring_backend::reap(out, min, max, timeout);
+        if (rc > 0) in_flight -= static_cast<std::size_t>(rc);
+        return rc;
+    }
+    std::size_t in_flight = 0;
+    std::size_t most = 0;
+};
 
 std::string describe(const transfer_config& c) {
     return std::string(to_string(c.strategy)) + "/" + to_string(c.submit);
@@ -251,4 +297,78 @@ BOOST_AUTO_TEST_CASE(parallel_and_batched_transfers_on_a_device_are_byte_exact) 
             }
         }
     }
+}
+
+// io_uring first tries every request without blocking (REQ_NOWAIT). On a block device, a request
+// the block layer would have to split (longer than queue/max_sectors_kb, or over more pages than
+// queue/max_segments or than one bio holds, 256) fails that try with EAGAIN and is issued again
+// by one of the thread's io-wq workers ("iou-wrk-<tid>"), its pages pinned a second time. nvmeio
+// cuts requests on a block device to the largest power of two it takes whole and keeps as many
+// bytes in flight, so no request needs a worker. libaio blocks in io_submit while the kernel
+// splits, so its requests stay whole.
+BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whole) {
+    if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
+    const std::uint64_t size = 16u << 20;
+    nvmeio_test::loop_device device(size, 4096, 7);
+    if (!make_device(device, 4096)) return;
+    file f(device.path(), open_mode::read_write);
+    BOOST_TEST_REQUIRE(f.is_direct());
+    const std::size_t whole = f.queue_limits().unsplit_request_bytes;
+    BOOST_TEST_MESSAGE(device.path() << " takes requests of up to " << whole << " bytes whole");
+    BOOST_TEST(f.queue_limits().requests == sysfs_queue_limit(device.path(), "nr_requests"));
+    BOOST_TEST((whole & (whole - 1)) == 0u);
+    BOOST_TEST(whole >= f.required_alignment());
+    BOOST_TEST(whole <= 256 * page_size());
+    BOOST_TEST(whole <= sysfs_queue_limit(device.path(), "max_sectors_kb") * 1024);
+    BOOST_TEST(whole <= sysfs_queue_limit(device.path(), "max_segments") * page_size());
+    BOOST_TEST(whole * 2 >
+               std::min<std::size_t>(
+                   {256 * page_size(), sysfs_queue_limit(device.path(), "max_sectors_kb") * 1024,
+                    sysfs_queue_limit(device.path(), "max_segments") * page_size()}));
+    const nvmeio_test::temp_path regular_path("not_a_device");
+    BOOST_TEST(file(regular_path.str(), open_mode::write).queue_limits().unsplit_request_bytes ==
+               0u);
+
+    aligned_buffer data(size);
+    std::uint64_t seed = 70;
+    for (const std::size_t block_size :
+         {std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{8} << 20}) {
+        for (const operation op : {operation::write, operation::read}) {
+            BOOST_TEST_CONTEXT(to_string(op) << " in " << block_size << "-byte blocks") {
+                const std::vector<unsigned char> expected = nvmeio_test::pattern(size, seed);
+                if (op == operation::write) {
+                    std::memcpy(data.data(), expected.data(), size);
+                } else {
+                    nvmeio_test::spew(device.image(), expected.data(), size);
+                    std::memset(data.data(), 0, size);
+                }
+                transfer_result result;
+                int workers = -1;
+                // A thread of its own: io-wq workers belong to the thread that submits.
+                std::thread([&] {
+                    basic_aio_context<io_uring_backend> context({4, block_size});
+                    result = transfer(context, f, op, data.data(), size, 0, {{}, {}, true});
+                    workers = io_workers_of(::syscall(SYS_gettid));
+                }).join();
+                BOOST_TEST(result.bytes == size);
+                BOOST_TEST(workers == 0);
+                BOOST_TEST(result.perf.requests == size / std::min(block_size, whole));
+                if (op == operation::write) {
+                    BOOST_TEST((nvmeio_test::slurp(device.image()) == expected));
+                } else {
+                    BOOST_TEST(std::memcmp(data.data(), expected.data(), size) == 0);
+                }
+                ++seed;
+            }
+        }
+    }
+    // The pieces of a cut block keep its bytes in flight: depth 2 x 8 MiB.
+    basic_aio_context<counting_io_uring> counting({2, std::size_t{8} << 20});
+    BOOST_TEST(transfer(counting, f, operation::read, data.data(), size, 0, {}).bytes == size);
+    BOOST_TEST(counting.backend().most * whole == std::size_t{2} * (8u << 20));
+    // libaio: whole requests.
+    aio_context context({4, std::size_t{8} << 20});
+    const transfer_result read_whole =
+        transfer(context, f, operation::read, data.data(), size, 0, {{}, {}, true});
+    BOOST_TEST(read_whole.perf.requests == 2u);
 }

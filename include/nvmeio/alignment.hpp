@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -67,6 +68,21 @@ struct dio_alignment {
     }
 };
 
+/// What a block device takes at once, from its sysfs queue/ folder (a partition's from its
+/// disk's). io_uring tries every request without blocking first; on a block device a request
+/// that would need splitting, or a free tag when there is none, fails that try and is issued
+/// again from a kernel worker thread, its pages pinned twice. Transfers through io_uring stay
+/// within these limits (see the engine).
+struct queue_limits {
+    /// The largest request, a power of two bytes, taken as one bio the block layer need not
+    /// split: at most queue/max_sectors_kb, and at most as many pages as queue/max_segments and
+    /// as one bio's vector holds (256), since a buffer's pages need not be physically contiguous
+    /// and each may be a segment of its own. 0: unknown, or not a block device.
+    std::size_t unsplit_request_bytes = 0;
+    /// Requests the device queues at once (queue/nr_requests). 0: unknown, or not a block device.
+    std::size_t requests = 0;
+};
+
 namespace detail {
 
 inline std::size_t read_sysfs_number(const std::string& path) {
@@ -76,15 +92,39 @@ inline std::size_t read_sysfs_number(const std::string& path) {
     return 0;
 }
 
-/// The logical block size of the block device holding the file, from sysfs; 0 if unknown.
-inline std::size_t logical_block_size(dev_t device) {
+/// A number from the sysfs queue/ folder of block device `device` (for a partition, its disk's);
+/// 0 if unknown.
+inline std::size_t queue_limit(dev_t device, const char* name) {
     const std::string base =
         "/sys/dev/block/" + std::to_string(major(device)) + ":" + std::to_string(minor(device));
     // A partition has no queue/ of its own; its parent disk's is one level up.
-    for (const char* suffix : {"/queue/logical_block_size", "/../queue/logical_block_size"}) {
-        if (std::size_t size = read_sysfs_number(base + suffix)) return size;
+    for (const char* folder : {"/queue/", "/../queue/"}) {
+        if (std::size_t value = read_sysfs_number(base + folder + name)) return value;
     }
     return 0;
+}
+
+/// The logical block size of the block device holding the file, from sysfs; 0 if unknown.
+inline std::size_t logical_block_size(dev_t device) {
+    return queue_limit(device, "logical_block_size");
+}
+
+/// How much block device `device` takes at once without the block layer splitting a request
+/// or making it wait for a free tag (see queue_limits). Zeros where sysfs does not say.
+inline queue_limits read_queue_limits(dev_t device) {
+    constexpr std::size_t bio_max_vecs = 256;
+    queue_limits limits;
+    limits.requests = queue_limit(device, "nr_requests");
+    const std::size_t sectors_kb = queue_limit(device, "max_sectors_kb");
+    const std::size_t segments = queue_limit(device, "max_segments");
+    if (sectors_kb == 0 || segments == 0) return limits;
+    const std::size_t pages = std::min(segments, bio_max_vecs);
+    const std::size_t most = std::min(sectors_kb * 1024, pages * page_size());
+    std::size_t bytes = 1;
+    while (bytes <= most / 2)
+        bytes *= 2;
+    limits.unsplit_request_bytes = bytes;
+    return limits;
 }
 
 /// A block device's own alignment: its logical block size (`BLKSSZGET`) for offsets and memory;

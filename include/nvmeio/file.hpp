@@ -174,6 +174,12 @@ class file {
     /// What O_DIRECT requires of this file (queried at open even when buffered).
     [[nodiscard]] const dio_alignment& alignment() const noexcept { return alignment_; }
 
+    /// For a block device, how much it takes at once without splitting a request or making it
+    /// wait for a tag (from sysfs at open); zeros for anything else.
+    [[nodiscard]] const nvmeio::queue_limits& queue_limits() const noexcept {
+        return queue_limits_;
+    }
+
     /// Alignment that transfers on this handle need: the strictest of `alignment()` when direct,
     /// 1 when buffered.
     [[nodiscard]] std::size_t required_alignment() const noexcept {
@@ -340,6 +346,7 @@ class file {
         std::swap(kind_, other.kind_);
         std::swap(path_, other.path_);
         std::swap(alignment_, other.alignment_);
+        std::swap(queue_limits_, other.queue_limits_);
         std::swap(size_lock_, other.size_lock_);
     }
 
@@ -354,6 +361,7 @@ class file {
         kind_ = other.kind_;
         path_ = other.path_;  // shared, so that the moved-from handle still names its file
         alignment_ = other.alignment_;
+        queue_limits_ = other.queue_limits_;
         size_lock_ = std::move(other.size_lock_);
     }
     // `operation`, saying so when the handle holds no open file (its errno is then EBADF).
@@ -385,6 +393,7 @@ class file {
     file_kind kind_ = file_kind::regular;
     std::shared_ptr<const std::string> path_;
     dio_alignment alignment_;
+    nvmeio::queue_limits queue_limits_;
     std::shared_ptr<std::mutex> size_lock_;  // regular files: shared by the file's handles
 };
 
@@ -517,6 +526,14 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
     }
     fd_ = fd;
     alignment_ = query_dio_alignment(fd_);
+    queue_limits_ = {};
+    if (kind_ == file_kind::block_device) {
+        try {
+            queue_limits_ = detail::read_queue_limits(st.st_rdev);
+        } catch (...) {
+            // Unreadable sysfs: requests stay as asked.
+        }
+    }
     if (kind_ == file_kind::regular)
         size_lock_ = detail::size_lock_registry::instance().lock_for(st.st_dev, st.st_ino);
     return {};

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -117,22 +118,35 @@ class io_uring_backend {
   public:
     /// The backend's name in reports.
     static constexpr const char* name = "io_uring";
+    /// Requests are tried without blocking first, and on a block device one that needs
+    /// splitting or a free tag fails that try and goes to a worker thread: the engine keeps
+    /// requests within the file's queue_limits (see there).
+    static constexpr bool keeps_to_queue_limits = true;
 
     /// Creates a ring for up to `queue_depth` requests in flight. Throws std::invalid_argument
     /// for 0 or a depth above the kernel's limit (the message names the limit: 32768 since Linux
     /// 5.4), io_error when the kernel refuses (the message says why and names the fallback).
     explicit io_uring_backend(unsigned queue_depth) : queue_depth_(queue_depth) {
         if (queue_depth == 0) detail::throw_invalid("queue_depth must be at least 1 (got 0)");
-        io_uring_params params{};
         // Completions are reaped by the submitting thread: no need for an interrupt per I/O.
         // The kernel then posts a completion that needs the task's help only when the task
         // enters the kernel; TASKRUN_FLAG makes it say so in the ring (IORING_SQ_TASKRUN), so a
         // reap that polls from user space knows when to enter (see `reap`).
-        params.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
-        int rc = ::io_uring_queue_init_params(queue_depth, &ring_, &params);
-        if (rc == -EINVAL) {  // kernels before 5.19 do not know the flag
+        // The completion ring holds 16 per queue entry: the engine cuts a request a block device
+        // cannot take whole into pieces and keeps as many bytes in flight (up to 16 pieces each).
+        // Kernels before 5.19 refuse the first flags, before 5.5 also CQSIZE.
+        const unsigned completions =
+            queue_depth > max_completions / 16 ? max_completions : queue_depth * 16;
+        io_uring_params params{};
+        int rc = -EINVAL;
+        for (const unsigned flags :
+             {IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_CQSIZE,
+              unsigned{IORING_SETUP_CQSIZE}, 0u}) {
             params = {};
+            params.flags = flags;
+            if ((flags & IORING_SETUP_CQSIZE) != 0) params.cq_entries = completions;
             rc = ::io_uring_queue_init_params(queue_depth, &ring_, &params);
+            if (rc != -EINVAL) break;
         }
         if (rc == -EINVAL) {
             const unsigned limit = max_queue_depth();
@@ -147,6 +161,7 @@ class io_uring_backend {
             throw io_error({detail::errno_code(-rc),
                             detail::describe_io_uring_setup_failure(-rc, queue_depth), "", 0, 0});
         }
+        completion_capacity_ = params.cq_entries;
     }
 
     io_uring_backend(const io_uring_backend&) = delete;
@@ -203,6 +218,10 @@ class io_uring_backend {
 
     /// The queue depth the ring was created for.
     [[nodiscard]] unsigned queue_depth() const noexcept { return queue_depth_; }
+
+    /// Requests that may be in flight at once without losing a completion: the completion
+    /// ring's size (at least the queue depth).
+    [[nodiscard]] unsigned completion_capacity() const noexcept { return completion_capacity_; }
 
     /// The deepest ring this kernel creates, or 0 when it cannot tell. Asked with
     /// IORING_SETUP_CLAMP, which makes the kernel shrink a too-deep ring to its limit instead of
@@ -447,7 +466,9 @@ class io_uring_backend {
     static constexpr std::size_t max_length = std::size_t{1} << 30;
 
     io_uring ring_{};
+    static constexpr unsigned max_completions = 65536;  // IORING_MAX_CQ_ENTRIES
     unsigned queue_depth_;
+    unsigned completion_capacity_ = 0;
     pid_t creator_ = detail::this_process_id();
     std::size_t in_flight_ = 0;  // accepted by submit, not reaped yet
     // Members die after the destructor body has torn the ring down, so the kernel lets go of

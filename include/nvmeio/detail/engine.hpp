@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "nvmeio/aio_context.hpp"
@@ -37,6 +38,13 @@
 namespace nvmeio {
 namespace detail {
 
+/// Whether `Backend` declares `keeps_to_queue_limits` true (see engine::keep_to_queue_limits).
+template <class Backend, class = void>
+struct keeps_to_queue_limits : std::false_type {};
+template <class Backend>
+struct keeps_to_queue_limits<Backend, std::void_t<decltype(Backend::keeps_to_queue_limits)>>
+    : std::bool_constant<Backend::keeps_to_queue_limits> {};
+
 template <class Backend>
 class engine {
     using clock = std::chrono::steady_clock;
@@ -47,6 +55,8 @@ class engine {
         : backend_(context.backend()),
           queue_depth_(context.queue_depth()),
           block_size_(context.block_size()),
+          request_size_(block_size_),
+          slot_count_(queue_depth_),
           file_(target),
           op_(op),
           segments_(segments),
@@ -63,7 +73,9 @@ class engine {
           submit_samples_(context.scratch().submit_samples),
           completion_samples_(context.scratch().completion_samples),
           spin_(context.options().spin),
-          backoff_(context.scratch().backoff) {}
+          backoff_(context.scratch().backoff) {
+        if constexpr (keeps_to_queue_limits<Backend>::value) keep_to_queue_limits();
+    }
 
     void run() {
         const clock::time_point start = perf_ != nullptr ? clock::now() : clock::time_point{};
@@ -78,18 +90,18 @@ class engine {
             state_[i].end_of_data = std::max(s.length, state_[i].body);
             body_total += state_[i].body;
         }
-        slots_.resize(queue_depth_);
+        slots_.resize(slot_count_);
         free_.clear();
-        for (unsigned i = queue_depth_; i > 0; --i)
+        for (unsigned i = slot_count_; i > 0; --i)
             free_.push_back(i - 1);
         pending_.clear();
-        pending_.reserve(queue_depth_);
-        completions_.resize(std::min<std::size_t>(queue_depth_, 256));
+        pending_.reserve(slot_count_);
+        completions_.resize(std::min<std::size_t>(slot_count_, 256));
         remnants_.clear();
         submit_samples_.clear();
         completion_samples_.clear();
         if (perf_ != nullptr) {
-            const std::size_t expected = body_total / block_size_ + count_ + 2 * queue_depth_;
+            const std::size_t expected = body_total / request_size_ + count_ + 2 * slot_count_;
             submit_samples_.reserve(settings_.one_request_per_call ? expected : expected / 2 + 1);
             completion_samples_.reserve(expected);
         }
@@ -137,6 +149,26 @@ class engine {
         return std::min(state_[i].body, state_[i].end_of_data);
     }
 
+    // A backend like io_uring tries each request without blocking first. On a block device
+    // under O_DIRECT, a request the block layer would have to split, or one that finds no free
+    // tag, fails that try and is issued again from a kernel worker thread, its pages pinned twice
+    // (file::queue_limits). So requests are cut to the largest size the device takes whole, and
+    // a block cut into pieces keeps its bytes in flight: queue depth x pieces requests, no more
+    // than the backend holds completions for and, past the queue depth, than the device queues.
+    void keep_to_queue_limits() {
+        const queue_limits& limits = file_.queue_limits();
+        const std::size_t whole = limits.unsplit_request_bytes;
+        if (!file_.is_direct() || whole < unit_ || whole % unit_ != 0 || whole >= block_size_)
+            return;
+        request_size_ = whole;
+        const std::size_t pieces = (block_size_ + whole - 1) / whole;
+        const std::size_t capacity = backend_.completion_capacity();
+        std::size_t slots = pieces > capacity / queue_depth_ ? capacity : queue_depth_ * pieces;
+        if (limits.requests > 0)
+            slots = std::min(slots, std::max<std::size_t>(queue_depth_, limits.requests));
+        slot_count_ = static_cast<unsigned>(std::max<std::size_t>(queue_depth_, slots));
+    }
+
     // Moves past segments with nothing left to issue; true when none is left.
     bool exhausted() {
         while (next_segment_ < count_ &&
@@ -161,7 +193,7 @@ class engine {
             free_.pop_back();
             slots_[id] = {next_segment_,
                           next_position_,
-                          std::min(block_size_, limit(next_segment_) - next_position_),
+                          std::min(request_size_, limit(next_segment_) - next_position_),
                           0,
                           {}};
             pending_.push_back(request_for(id));
@@ -314,10 +346,10 @@ class engine {
         std::vector<bool> unfinished(count_, false);
         for (std::size_t i = next_segment_; i < count_; ++i)
             unfinished[i] = true;
-        std::vector<bool> idle(queue_depth_, false);
+        std::vector<bool> idle(slot_count_, false);
         for (unsigned id : free_)
             idle[id] = true;
-        for (unsigned id = 0; id < queue_depth_; ++id) {
+        for (unsigned id = 0; id < slot_count_; ++id) {
             if (!idle[id]) unfinished[slots_[id].segment] = true;
         }
         for (std::size_t i = 0; i < count_; ++i) {
@@ -432,6 +464,8 @@ class engine {
     Backend& backend_;
     const unsigned queue_depth_;
     const std::size_t block_size_;
+    std::size_t request_size_;  // block_size_, or what the device takes whole
+    unsigned slot_count_;       // requests in flight at most: queue_depth_, or more pieces
     file& file_;
     const operation op_;
     segment* const segments_;

@@ -5,9 +5,12 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -37,8 +40,9 @@ namespace nvmeio::bench {
 
 /// What a child process printed and how it ended.
 struct command_result {
-    int status = -1;     ///< Exit status (-1 when it did not exit normally).
-    std::string output;  ///< Its standard output.
+    int status = -1;         ///< Exit status (-1 when it did not exit normally).
+    std::string output;      ///< Its standard output.
+    double cpu_seconds = 0;  ///< User + system CPU of the whole process, all its threads.
 };
 
 /// Runs `argv` (argv[0] a path) with stdout captured and stderr passed through.
@@ -76,8 +80,11 @@ struct command_result {
     }
     ::close(pipe_ends[0]);
     int status = 0;
-    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    rusage usage{};
+    while (::wait4(child, &status, 0, &usage) < 0 && errno == EINTR) {
     }
+    result.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
     result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     return result;
 }
@@ -88,7 +95,12 @@ struct fio_result {
     std::string error;        ///< fio's failure, for the report.
     std::uint64_t bytes = 0;  ///< Bytes fio moved, all jobs.
     double elapsed_ms = 0;    ///< The slowest job's runtime (fio reports whole milliseconds).
-    double cpu_seconds = 0;   ///< Sum over jobs of (usr + sys)% x job runtime.
+    double cpu_seconds = 0;   ///< Sum over jobs of (usr + sys)% x job runtime: job threads only.
+    /// fio's whole process (its threads, io_uring's io-wq workers among them) less a run of the
+    /// same shape that moves one ring's bytes per job (start-up and exit): what the I/O cost
+    /// the process, as nvmeio's figure is. fio's own figure leaves out the io-wq workers, which
+    /// do the work of every request io_uring cannot issue without blocking.
+    double process_cpu_seconds = 0;
     /// GB/s (10^9 bytes), all jobs together.
     [[nodiscard]] double gb_per_s() const noexcept {
         return elapsed_ms > 0 ? static_cast<double>(bytes) / elapsed_ms / 1e6 : 0;
@@ -145,6 +157,11 @@ struct fio_result {
         result.error = "fio exited with status " + std::to_string(ran.status);
         return result;
     }
+    const std::uint64_t ring =
+        std::uint64_t{config.threads} * config.queue_depth * config.block_size;
+    const command_result start_and_exit =
+        run_command(fio_command(fio, config, std::min<std::uint64_t>(ring, size)));
+    result.process_cpu_seconds = std::max(0.0, ran.cpu_seconds - start_and_exit.cpu_seconds);
     try {
         // fio may print notes before its JSON.
         const std::size_t brace = ran.output.find('{');

@@ -27,8 +27,9 @@ using point_key =
 
 /// The medians of one point.
 struct point_summary {
-    run_record first;                  ///< Its first run: the parameters.
-    support::summary_stats rate, cpu;  ///< GB/s and CPU s/GiB over its runs.
+    run_record first;                    ///< Its first run: the parameters.
+    support::summary_stats rate, cpu;    ///< GB/s and CPU s/GiB over its runs.
+    support::summary_stats process_cpu;  ///< The whole process's CPU s/GiB (run_record).
 };
 
 /// Points and their summaries, in key order.
@@ -52,12 +53,14 @@ using point_map = std::map<point_key, point_summary>;
         by_point[key_of(r)].push_back(&r);
     point_map points;
     for (const auto& [key, runs] : by_point) {
-        std::vector<double> rates, cpus;
+        std::vector<double> rates, cpus, process_cpus;
         for (const run_record* r : runs) {
             rates.push_back(r->gb_per_s);
             cpus.push_back(r->cpu_per_gib);
+            process_cpus.push_back(r->process_cpu_per_gib);
         }
-        points[key] = {*runs.front(), support::summarize(rates), support::summarize(cpus)};
+        points[key] = {*runs.front(), support::summarize(rates), support::summarize(cpus),
+                       support::summarize(process_cpus)};
     }
     return points;
 }
@@ -77,7 +80,7 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
     std::ofstream csv(path);
     csv << "index,repeat,op,method,backend,block_size,queue_depth,overlap_events,single_submit,"
            "threads,cache,bytes,elapsed_us,gb_per_s,cpu_seconds_per_gib,submit_avg_us,"
-           "submit_p99_us,complete_avg_us,complete_p99_us,spin_us\n";
+           "submit_p99_us,complete_avg_us,complete_p99_us,spin_us,process_cpu_seconds_per_gib\n";
     for (const run_record& r : records) {
         const bool nvmeio = r.method == "nvmeio";
         const bool queued = nvmeio || r.method == "fio";
@@ -85,6 +88,8 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
         std::snprintf(numbers, sizeof numbers, "%.1f,%.4f,%.5f,%.2f,%.2f,%.2f,%.2f", r.elapsed_us,
                       r.gb_per_s, r.cpu_per_gib, r.submit.avg_us, r.submit.p99_us,
                       r.completion.avg_us, r.completion.p99_us);
+        char process_cpu[32];
+        std::snprintf(process_cpu, sizeof process_cpu, "%.5f", r.process_cpu_per_gib);
         csv << r.index << "," << r.repeat << "," << to_string(r.config.op) << "," << r.method << ","
             << (queued ? support::name_of(support::backend_names(), r.config.backend) : "") << ","
             << r.config.block_size << "," << (queued ? std::to_string(r.config.queue_depth) : "")
@@ -92,7 +97,7 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
             << (nvmeio ? r.config.strategy == strategy_kind::overlapped ? "true" : "false" : "")
             << "," << (nvmeio ? r.config.submit == submit_mode::single ? "true" : "false" : "")
             << "," << r.config.threads << "," << r.cache << "," << r.bytes << "," << numbers << ","
-            << (nvmeio ? std::to_string(r.config.spin.count()) : "") << "\n";
+            << (nvmeio ? std::to_string(r.config.spin.count()) : "") << "," << process_cpu << "\n";
     }
     if (!csv) throw std::runtime_error("cannot write '" + path + "'");
 }
@@ -126,6 +131,9 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
         j["fio_cpu_seconds_per_gib"] = support::stats_json(f->cpu);
         j["ratio_to_fio"] = f->rate.median > 0 ? s.rate.median / f->rate.median : 0;
         j["cpu_ratio_to_fio"] = f->cpu.median > 0 ? s.cpu.median / f->cpu.median : 0;
+        j["fio_process_cpu_seconds_per_gib"] = support::stats_json(f->process_cpu);
+        j["process_cpu_ratio_to_fio"] =
+            f->process_cpu.median > 0 ? s.process_cpu.median / f->process_cpu.median : 0;
     }
     return j;
 }
@@ -224,8 +232,10 @@ inline nlohmann::json summary_json(const tune_plan& p, const tune_outcome& o,
                     (p.flags.warm ? "page cache NOT dropped (warm)"
                                   : "sync + drop_caches before every read run (cold)") +
                     "; writes: fdatasync of the file before each run, none inside the timed part "
-                    "(as fio's default); GB/s = 10^9 bytes/s; CPU s/GiB from getrusage (nvmeio) "
-                    "and fio's usr+sys";
+                    "(as fio's default); GB/s = 10^9 bytes/s; CPU s/GiB from getrusage (nvmeio's "
+                    "process) and fio's usr+sys (its job threads); process CPU: fio's whole "
+                    "process (io_uring's io-wq workers among its threads) less a run of the same "
+                    "shape moving one ring (start-up and exit)";
     doc["cache"] = any_read ? (p.flags.warm ? "warm" : "cold") : "n/a";
     doc["runs_planned"] = o.planned;
     doc["runs_done"] = o.records.size();

@@ -32,6 +32,9 @@ struct run_record {
     double elapsed_us = 0;
     double gb_per_s = 0;
     double cpu_per_gib = 0;
+    /// The whole process's CPU per GiB: as cpu_per_gib, but for fio its process (see
+    /// fio_result::process_cpu_seconds) where cpu_per_gib is its job threads' own figure.
+    double process_cpu_per_gib = 0;
     latency_stats submit, completion;  ///< nvmeio only.
 };
 
@@ -115,6 +118,7 @@ class tune_runner {
             perf.bytes = m.bytes;
             perf.elapsed_us = m.elapsed_ms * 1e3;
             set_rates(r, perf, m.cpu_seconds);
+            r.process_cpu_per_gib = per_gib(m.process_cpu_seconds, perf.bytes);
         } else {
             const support::reference_result m =
                 t.method == "buffered"
@@ -129,8 +133,12 @@ class tune_runner {
         r.bytes = perf.bytes;
         r.elapsed_us = perf.elapsed_us;
         r.gb_per_s = perf.gb_per_s();
-        r.cpu_per_gib =
-            perf.bytes > 0 ? cpu_seconds / (static_cast<double>(perf.bytes) / gib) : 0.0;
+        r.cpu_per_gib = per_gib(cpu_seconds, perf.bytes);
+        r.process_cpu_per_gib = r.cpu_per_gib;
+    }
+
+    static double per_gib(double cpu_seconds, std::uint64_t bytes) {
+        return bytes > 0 ? cpu_seconds / (static_cast<double>(bytes) / gib) : 0.0;
     }
 
     [[nodiscard]] bool show_progress() const { return !plan_.quiet && ::isatty(STDERR_FILENO); }

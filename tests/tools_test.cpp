@@ -390,6 +390,19 @@ BOOST_AUTO_TEST_CASE(tune_says_how_to_get_fio_when_it_is_missing) {
     BOOST_TEST(r.err.find("apt-get install fio") != std::string::npos, r.err);
 }
 
+// fio's process CPU comes from wait4, which counts all a child ran (its threads, io_uring's io-wq
+// workers among them, and what it waited for): here a busy loop the child waits for. A child
+// that sleeps costs next to nothing.
+BOOST_AUTO_TEST_CASE(a_child_process_cpu_counts_all_its_threads) {
+    const bench::command_result busy = bench::run_command(
+        {"/bin/sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done & wait"});
+    BOOST_TEST(busy.status == 0);
+    BOOST_TEST(busy.cpu_seconds > 0.05);
+    const bench::command_result idle = bench::run_command({"/bin/sleep", "0.2"});
+    BOOST_TEST(idle.status == 0);
+    BOOST_TEST(idle.cpu_seconds < 0.05);
+}
+
 BOOST_AUTO_TEST_CASE(tune_vs_fio_reports_both_rates_and_the_ratio_per_point) {
     if (bench::find_program("fio").empty()) {
         BOOST_TEST_MESSAGE("fio not installed: comparison not exercised");
@@ -415,7 +428,18 @@ BOOST_AUTO_TEST_CASE(tune_vs_fio_reports_both_rates_and_the_ratio_per_point) {
         const double expected =
             p["gb_per_s"]["median"].get<double>() / p["fio_gb_per_s"]["median"].get<double>();
         BOOST_TEST(p["ratio_to_fio"].get<double>() == expected, boost::test_tools::tolerance(1e-9));
+        // fio's whole process, net of its start-up: some CPU, and the ratio from the medians.
+        const double fio_process = p["fio_process_cpu_seconds_per_gib"]["median"].get<double>();
+        BOOST_TEST(fio_process >= 0.0);
+        if (fio_process > 0) {
+            BOOST_TEST(p["process_cpu_ratio_to_fio"].get<double>() ==
+                           p["cpu_seconds_per_gib"]["median"].get<double>() / fio_process,
+                       boost::test_tools::tolerance(1e-9));
+        }
     }
+    const std::size_t process_cpu = column(rows[0], "process_cpu_seconds_per_gib");
+    for (std::size_t i = 1; i < rows.size(); ++i)
+        BOOST_TEST(std::stod(rows[i][process_cpu]) >= 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(bench_never_overwrites_an_existing_file_that_is_too_short) {

@@ -99,8 +99,10 @@ struct fio_result {
     /// fio's whole process (its threads, io_uring's io-wq workers among them) less a run of the
     /// same shape that moves one ring's bytes per job (start-up and exit): what the I/O cost
     /// the process, as nvmeio's figure is. fio's own figure leaves out the io-wq workers, which
-    /// do the work of every request io_uring cannot issue without blocking.
-    double process_cpu_seconds = 0;
+    /// do the work of every request io_uring cannot issue without blocking. Negative (unknown)
+    /// when a ring holds more than a quarter of the bytes: start-up then fills about as much
+    /// memory as the run moves, and the difference of two such runs is noise.
+    double process_cpu_seconds = -1;
     /// GB/s (10^9 bytes), all jobs together.
     [[nodiscard]] double gb_per_s() const noexcept {
         return elapsed_ms > 0 ? static_cast<double>(bytes) / elapsed_ms / 1e6 : 0;
@@ -159,9 +161,10 @@ struct fio_result {
     }
     const std::uint64_t ring =
         std::uint64_t{config.threads} * config.queue_depth * config.block_size;
-    const command_result start_and_exit =
-        run_command(fio_command(fio, config, std::min<std::uint64_t>(ring, size)));
-    result.process_cpu_seconds = std::max(0.0, ran.cpu_seconds - start_and_exit.cpu_seconds);
+    if (ring <= size / 4) {
+        const command_result start_and_exit = run_command(fio_command(fio, config, ring));
+        result.process_cpu_seconds = std::max(0.0, ran.cpu_seconds - start_and_exit.cpu_seconds);
+    }
     try {
         // fio may print notes before its JSON.
         const std::size_t brace = ran.output.find('{');

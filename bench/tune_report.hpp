@@ -57,7 +57,7 @@ using point_map = std::map<point_key, point_summary>;
         for (const run_record* r : runs) {
             rates.push_back(r->gb_per_s);
             cpus.push_back(r->cpu_per_gib);
-            process_cpus.push_back(r->process_cpu_per_gib);
+            if (r->process_cpu_per_gib >= 0) process_cpus.push_back(r->process_cpu_per_gib);
         }
         points[key] = {*runs.front(), support::summarize(rates), support::summarize(cpus),
                        support::summarize(process_cpus)};
@@ -88,8 +88,9 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
         std::snprintf(numbers, sizeof numbers, "%.1f,%.4f,%.5f,%.2f,%.2f,%.2f,%.2f", r.elapsed_us,
                       r.gb_per_s, r.cpu_per_gib, r.submit.avg_us, r.submit.p99_us,
                       r.completion.avg_us, r.completion.p99_us);
-        char process_cpu[32];
-        std::snprintf(process_cpu, sizeof process_cpu, "%.5f", r.process_cpu_per_gib);
+        char process_cpu[32] = "";  // empty when unknown
+        if (r.process_cpu_per_gib >= 0)
+            std::snprintf(process_cpu, sizeof process_cpu, "%.5f", r.process_cpu_per_gib);
         csv << r.index << "," << r.repeat << "," << to_string(r.config.op) << "," << r.method << ","
             << (queued ? support::name_of(support::backend_names(), r.config.backend) : "") << ","
             << r.config.block_size << "," << (queued ? std::to_string(r.config.queue_depth) : "")
@@ -131,9 +132,11 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
         j["fio_cpu_seconds_per_gib"] = support::stats_json(f->cpu);
         j["ratio_to_fio"] = f->rate.median > 0 ? s.rate.median / f->rate.median : 0;
         j["cpu_ratio_to_fio"] = f->cpu.median > 0 ? s.cpu.median / f->cpu.median : 0;
-        j["fio_process_cpu_seconds_per_gib"] = support::stats_json(f->process_cpu);
-        j["process_cpu_ratio_to_fio"] =
-            f->process_cpu.median > 0 ? s.process_cpu.median / f->process_cpu.median : 0;
+        if (f->process_cpu.count > 0) {
+            j["fio_process_cpu_seconds_per_gib"] = support::stats_json(f->process_cpu);
+            j["process_cpu_ratio_to_fio"] =
+                f->process_cpu.median > 0 ? s.process_cpu.median / f->process_cpu.median : 0;
+        }
     }
     return j;
 }
@@ -224,18 +227,20 @@ inline nlohmann::json summary_json(const tune_plan& p, const tune_outcome& o,
     doc["started_utc"] = o.started_utc;
     doc["machine"] = support::describe_machine(p.flags.path);
     doc["parameters"] = parameters_json(p, o);
-    doc["method"] = std::string(
-                        "each run moves the whole --size bytes once, P threads on one "
-                        "parallel context; per repeat the groups of runs sharing op, "
-                        "block size, depth and threads are shuffled, and so are the runs "
-                        "inside each group (nvmeio variants and fio); reads: ") +
-                    (p.flags.warm ? "page cache NOT dropped (warm)"
-                                  : "sync + drop_caches before every read run (cold)") +
-                    "; writes: fdatasync of the file before each run, none inside the timed part "
-                    "(as fio's default); GB/s = 10^9 bytes/s; CPU s/GiB from getrusage (nvmeio's "
-                    "process) and fio's usr+sys (its job threads); process CPU: fio's whole "
-                    "process (io_uring's io-wq workers among its threads) less a run of the same "
-                    "shape moving one ring (start-up and exit)";
+    doc["method"] =
+        std::string(
+            "each run moves the whole --size bytes once, P threads on one "
+            "parallel context; per repeat the groups of runs sharing op, "
+            "block size, depth and threads are shuffled, and so are the runs "
+            "inside each group (nvmeio variants and fio); reads: ") +
+        (p.flags.warm ? "page cache NOT dropped (warm)"
+                      : "sync + drop_caches before every read run (cold)") +
+        "; writes: fdatasync of the file before each run, none inside the timed part "
+        "(as fio's default); GB/s = 10^9 bytes/s; CPU s/GiB from getrusage (nvmeio's "
+        "process) and fio's usr+sys (its job threads); process CPU: fio's whole "
+        "process (io_uring's io-wq workers among its threads) less a run of the same "
+        "shape moving one ring (start-up and exit), left out where a ring holds more than a "
+        "quarter of the bytes";
     doc["cache"] = any_read ? (p.flags.warm ? "warm" : "cold") : "n/a";
     doc["runs_planned"] = o.planned;
     doc["runs_done"] = o.records.size();

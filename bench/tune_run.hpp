@@ -33,7 +33,8 @@ struct run_record {
     double gb_per_s = 0;
     double cpu_per_gib = 0;
     /// The whole process's CPU per GiB: as cpu_per_gib, but for fio its process (see
-    /// fio_result::process_cpu_seconds) where cpu_per_gib is its job threads' own figure.
+    /// fio_result::process_cpu_seconds; negative when unknown) where cpu_per_gib is its job
+    /// threads' own figure.
     double process_cpu_per_gib = 0;
     latency_stats submit, completion;  ///< nvmeio only.
 };
@@ -118,7 +119,8 @@ class tune_runner {
             perf.bytes = m.bytes;
             perf.elapsed_us = m.elapsed_ms * 1e3;
             set_rates(r, perf, m.cpu_seconds);
-            r.process_cpu_per_gib = per_gib(m.process_cpu_seconds, perf.bytes);
+            r.process_cpu_per_gib =
+                m.process_cpu_seconds < 0 ? -1 : per_gib(m.process_cpu_seconds, perf.bytes);
         } else {
             const support::reference_result m =
                 t.method == "buffered"

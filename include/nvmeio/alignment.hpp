@@ -70,16 +70,17 @@ struct dio_alignment {
 
 /// What a block device takes at once, from its sysfs queue/ folder (a partition's from its
 /// disk's). io_uring tries every request without blocking first; on a block device a request
-/// that would need splitting, or a free tag when there is none, fails that try and is issued
-/// again from a kernel worker thread, its pages pinned twice. Transfers through io_uring stay
-/// within these limits (see the engine).
+/// that would need splitting fails that try and is issued again from a kernel worker thread,
+/// its pages pinned twice. Transfers through io_uring stay within these limits (see the
+/// engine).
 struct queue_limits {
     /// The largest request, a power of two bytes, taken as one bio the block layer need not
     /// split: at most queue/max_sectors_kb, and at most as many pages as queue/max_segments and
     /// as one bio's vector holds (256), since a buffer's pages need not be physically contiguous
     /// and each may be a segment of its own. 0: unknown, or not a block device.
     std::size_t unsplit_request_bytes = 0;
-    /// Requests the device queues at once (queue/nr_requests). 0: unknown, or not a block device.
+    /// Requests the device queues at once (queue/nr_requests): more pieces of cut requests in
+    /// flight would only wait. 0: unknown, or not a block device.
     std::size_t requests = 0;
 };
 
@@ -109,8 +110,8 @@ inline std::size_t logical_block_size(dev_t device) {
     return queue_limit(device, "logical_block_size");
 }
 
-/// How much block device `device` takes at once without the block layer splitting a request
-/// or making it wait for a free tag (see queue_limits). Zeros where sysfs does not say.
+/// How much block device `device` takes at once: the largest request the block layer need not
+/// split, and how many it queues (see queue_limits). Zeros where sysfs does not say.
 inline queue_limits read_queue_limits(dev_t device) {
     constexpr std::size_t bio_max_vecs = 256;
     queue_limits limits;

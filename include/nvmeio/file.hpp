@@ -174,8 +174,8 @@ class file {
     /// What O_DIRECT requires of this file (queried at open even when buffered).
     [[nodiscard]] const dio_alignment& alignment() const noexcept { return alignment_; }
 
-    /// For a block device, how much it takes at once without splitting a request or making it
-    /// wait for a tag (from sysfs at open); zeros for anything else.
+    /// For a block device, the largest request it takes without splitting it and how many it
+    /// queues (from sysfs at open); zeros for anything else.
     [[nodiscard]] const nvmeio::queue_limits& queue_limits() const noexcept {
         return queue_limits_;
     }

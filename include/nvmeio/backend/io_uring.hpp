@@ -119,8 +119,8 @@ class io_uring_backend {
     /// The backend's name in reports.
     static constexpr const char* name = "io_uring";
     /// Requests are tried without blocking first, and on a block device one that needs
-    /// splitting or a free tag fails that try and goes to a worker thread: the engine keeps
-    /// requests within the file's queue_limits (see there).
+    /// splitting fails that try and goes to a worker thread: the engine keeps requests within
+    /// the file's queue_limits (see there).
     static constexpr bool keeps_to_queue_limits = true;
 
     /// Creates a ring for up to `queue_depth` requests in flight. Throws std::invalid_argument

@@ -150,11 +150,11 @@ class engine {
     }
 
     // A backend like io_uring tries each request without blocking first. On a block device
-    // under O_DIRECT, a request the block layer would have to split, or one that finds no free
-    // tag, fails that try and is issued again from a kernel worker thread, its pages pinned twice
-    // (file::queue_limits). So requests are cut to the largest size the device takes whole, and
-    // a block cut into pieces keeps its bytes in flight: queue depth x pieces requests, no more
-    // than the backend holds completions for and, past the queue depth, than the device queues.
+    // under O_DIRECT, a request the block layer would have to split fails that try and is
+    // issued again from a kernel worker thread, its pages pinned twice (file::queue_limits). So
+    // requests are cut to the largest size the device takes whole, and a block cut into pieces
+    // keeps its bytes in flight: queue depth x pieces requests, no more than the backend holds
+    // completions for and, past the queue depth, than the device queues (more would only wait).
     void keep_to_queue_limits() {
         const queue_limits& limits = file_.queue_limits();
         const std::size_t whole = limits.unsplit_request_bytes;

@@ -1,0 +1,168 @@
+#pragma once
+/// \file detail/file_open.hpp
+/// nvmeio::file's opening: which files it refuses and why, the open itself (O_DIRECT, or why
+/// not), and its size.
+
+#include "nvmeio/file.hpp"
+
+namespace nvmeio {
+
+namespace detail {
+
+// A path as messages show it: a NUL byte as "\0".
+inline std::string printable_path(const std::string& path) {
+    std::string text;
+    for (const char c : path)
+        text += c == '\0' ? std::string("\\0") : std::string(1, c);
+    return text;
+}
+
+}  // namespace detail
+
+inline const char* file::refusal(file_kind kind, dev_t device) noexcept {
+    switch (kind) {
+        case file_kind::regular:
+        case file_kind::block_device:
+            return nullptr;
+        case file_kind::character_device:
+            // The memory devices (major 1) that answer at once and read or write anything:
+            // null (3), zero (5), random (8), urandom (9).
+            if (major(device) == 1) {
+                const unsigned number = minor(device);
+                if (number == 3 || number == 5 || number == 8 || number == 9) return nullptr;
+            }
+            return "a character device other than /dev/null, /dev/zero, /dev/random or "
+                   "/dev/urandom: it may have no file offsets or wait for input (a terminal), "
+                   "and an NVMe controller such as /dev/nvme0 is not its namespace; nvmeio needs "
+                   "a regular file or a block device such as /dev/nvme0n1";
+        case file_kind::fifo:
+            return "a FIFO has no file offsets; nvmeio needs a regular file or a block device";
+        case file_kind::socket:
+            return "a socket has no file offsets; nvmeio needs a regular file or a block device";
+        case file_kind::other:
+            break;
+    }
+    return "not a regular file, a block device or a memory character device";
+}
+
+inline io_failure file::open_impl(std::string path, open_mode mode, direct_io direct) {
+    if (const std::size_t nul = path.find('\0'); nul != std::string::npos) {
+        detail::throw_invalid("open of '" + detail::printable_path(path) +
+                              "': the path has a NUL byte at position " + std::to_string(nul) +
+                              " (the system would open '" + path.substr(0, nul) + "' instead)");
+    }
+    close_quietly();
+    path_ = std::make_shared<const std::string>(std::move(path));
+    const std::string& name = *path_;
+    mode_ = mode;
+    // O_NONBLOCK so that opening a FIFO does not wait for a peer; cleared below for what is served
+    // (io_uring would otherwise answer EAGAIN instead of waiting for the device).
+    int flags = O_CLOEXEC | O_NONBLOCK;
+    switch (mode) {
+        case open_mode::read:
+            flags |= O_RDONLY;
+            break;
+        case open_mode::write:
+            flags |= O_RDWR | O_CREAT | O_TRUNC;
+            break;
+        case open_mode::read_write:
+            flags |= O_RDWR | O_CREAT;
+            break;
+    }
+    auto try_open = [&](int extra) {
+        int fd;
+        do {
+            fd = ::open(name.c_str(), flags | extra, 0666);
+        } while (fd < 0 && errno == EINTR);
+        return fd;
+    };
+    direct_ = direct != direct_io::off;
+    int fd = try_open(direct_ ? O_DIRECT : 0);
+    bool refused = false;
+    if (fd < 0 && direct_ && errno == EINVAL) {
+        // EINVAL may mean "no O_DIRECT here" or something else entirely (a directory, say):
+        // a buffered open tells which.
+        direct_ = false;
+        fd = try_open(0);
+        refused = fd >= 0;
+    }
+    if (fd < 0) {
+        const int error = errno;
+        struct stat st {};
+        if (error == ENXIO && ::stat(name.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+            return {detail::errno_code(error),
+                    std::string("open (") + refusal(file_kind::socket, 0) + ")", name, 0, 0};
+        }
+        return {detail::errno_code(error), direct_ ? "open with O_DIRECT" : "open", name, 0, 0};
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        const int error = errno;
+        ::close(fd);
+        return {detail::errno_code(error), "fstat after open", name, 0, 0};
+    }
+    if (S_ISDIR(st.st_mode)) {
+        ::close(fd);
+        return {detail::errno_code(EISDIR), "open", name, 0, 0};
+    }
+    kind_ = S_ISREG(st.st_mode)    ? file_kind::regular
+            : S_ISBLK(st.st_mode)  ? file_kind::block_device
+            : S_ISCHR(st.st_mode)  ? file_kind::character_device
+            : S_ISFIFO(st.st_mode) ? file_kind::fifo
+            : S_ISSOCK(st.st_mode) ? file_kind::socket
+                                   : file_kind::other;
+    if (const char* why = refusal(kind_, st.st_rdev)) {
+        ::close(fd);
+        return {detail::errno_code(kind_ == file_kind::fifo ? ESPIPE : ENOTSUP),
+                std::string("open (") + why + ")", name, 0, 0};
+    }
+    if (refused && direct == direct_io::on) {
+        ::close(fd);
+        return {detail::errno_code(EINVAL),
+                kind_ == file_kind::character_device
+                    ? "open with O_DIRECT (a character device has no direct I/O; use "
+                      "direct_io::automatic or direct_io::off)"
+                    : "open with O_DIRECT (the filesystem refuses direct I/O; use "
+                      "direct_io::automatic or direct_io::off)",
+                name, 0, 0};
+    }
+    const int status = ::fcntl(fd, F_GETFL);
+    if (status < 0 || ::fcntl(fd, F_SETFL, status & ~O_NONBLOCK) != 0) {
+        const int error = errno;
+        ::close(fd);
+        return {detail::errno_code(error), "fcntl(F_SETFL) after open", name, 0, 0};
+    }
+    fd_ = fd;
+    alignment_ = query_dio_alignment(fd_);
+    queue_limits_ = {};
+    if (kind_ == file_kind::block_device) {
+        try {
+            queue_limits_ = detail::read_queue_limits(st.st_rdev);
+        } catch (...) {
+            // Unreadable sysfs: requests stay as asked.
+        }
+    }
+    if (kind_ == file_kind::regular)
+        size_lock_ = detail::size_lock_registry::instance().lock_for(st.st_dev, st.st_ino);
+    return {};
+}
+
+inline std::uint64_t file::size(std::error_code& ec) const noexcept {
+    ec.clear();
+    if (!is_open()) {
+        ec = detail::errno_code(EBADF);
+        return 0;
+    }
+    if (kind_ == file_kind::block_device) {
+        std::uint64_t bytes = 0;
+        if (::ioctl(fd_, BLKGETSIZE64, &bytes) == 0) return bytes;
+        ec = detail::errno_code(errno);
+        return 0;
+    }
+    struct stat st {};
+    if (::fstat(fd_, &st) == 0) return static_cast<std::uint64_t>(st.st_size);
+    ec = detail::errno_code(errno);
+    return 0;
+}
+
+}  // namespace nvmeio

@@ -16,6 +16,7 @@
 #include <nvmeio/aio_context.hpp>
 #include <nvmeio/backend/io_uring.hpp>
 #include <nvmeio/batch.hpp>
+#include <nvmeio/detail/request_plan.hpp>
 #include <nvmeio/file.hpp>
 #include <nvmeio/parallel.hpp>
 #include <nvmeio/strategy.hpp>
@@ -297,6 +298,29 @@ BOOST_AUTO_TEST_CASE(parallel_and_batched_transfers_on_a_device_are_byte_exact) 
             }
         }
     }
+}
+
+// The arithmetic of the cut, without a device: request size and most requests in flight.
+BOOST_AUTO_TEST_CASE(a_cut_block_keeps_its_bytes_in_flight_within_the_ring_and_the_queue) {
+    using detail::plan_requests;
+    const std::size_t k = 1024, m = 1024 * 1024;
+    const queue_limits loop{512 * k, 128};
+    auto check = [](detail::request_plan got, std::size_t size, unsigned slots) {
+        BOOST_TEST(got.request_size == size);
+        BOOST_TEST(got.slots == slots);
+    };
+    check(plan_requests({}, true, 4096, 8 * m, 4, 64), 8 * m, 4);        // a regular file
+    check(plan_requests(loop, false, 1, 8 * m, 4, 64), 8 * m, 4);        // buffered
+    check(plan_requests(loop, true, 4096, 512 * k, 4, 64), 512 * k, 4);  // taken whole
+    check(plan_requests(loop, true, 4096, 256 * k, 4, 64), 256 * k, 4);
+    check(plan_requests({2048, 128}, true, 4096, 8 * m, 4, 64), 8 * m, 4);     // below the unit
+    check(plan_requests(loop, true, 4096, 8 * m, 4, 64), 512 * k, 64);         // 16 pieces each
+    check(plan_requests(loop, true, 4096, 1 * m + 4096, 4, 64), 512 * k, 12);  // 3 pieces
+    check(plan_requests(loop, true, 4096, 8 * m, 4, 32), 512 * k, 32);  // the completion ring
+    check(plan_requests(loop, true, 4096, 64 * m, 4, 64), 512 * k, 64);
+    check(plan_requests({512 * k, 16}, true, 4096, 8 * m, 4, 64), 512 * k, 16);  // the queue
+    check(plan_requests(loop, true, 4096, 1 * m, 256, 4096), 512 * k, 256);     // never below depth
+    check(plan_requests({512 * k, 0}, true, 4096, 8 * m, 4, 64), 512 * k, 64);  // queue unknown
 }
 
 // io_uring first tries every request without blocking (REQ_NOWAIT). On a block device, a request

@@ -21,13 +21,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "nvmeio/aio_context.hpp"
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/backend/request.hpp"
 #include "nvmeio/detail/engine_scratch.hpp"
+#include "nvmeio/detail/request_plan.hpp"
 #include "nvmeio/detail/retry_budget.hpp"
 #include "nvmeio/detail/segment.hpp"
 #include "nvmeio/detail/spin_backoff.hpp"
@@ -37,13 +37,6 @@
 
 namespace nvmeio {
 namespace detail {
-
-/// Whether `Backend` declares `keeps_to_queue_limits` true (see engine::keep_to_queue_limits).
-template <class Backend, class = void>
-struct keeps_to_queue_limits : std::false_type {};
-template <class Backend>
-struct keeps_to_queue_limits<Backend, std::void_t<decltype(Backend::keeps_to_queue_limits)>>
-    : std::bool_constant<Backend::keeps_to_queue_limits> {};
 
 template <class Backend>
 class engine {
@@ -74,7 +67,13 @@ class engine {
           completion_samples_(context.scratch().completion_samples),
           spin_(context.options().spin),
           backoff_(context.scratch().backoff) {
-        if constexpr (keeps_to_queue_limits<Backend>::value) keep_to_queue_limits();
+        if constexpr (keeps_to_queue_limits<Backend>::value) {
+            const request_plan plan =
+                plan_requests(file_.queue_limits(), file_.is_direct(), unit_, block_size_,
+                              queue_depth_, backend_.completion_capacity());
+            request_size_ = plan.request_size;
+            slot_count_ = plan.slots;
+        }
     }
 
     void run() {
@@ -147,26 +146,6 @@ class engine {
 
     std::size_t limit(std::size_t i) const {
         return std::min(state_[i].body, state_[i].end_of_data);
-    }
-
-    // A backend like io_uring tries each request without blocking first. On a block device
-    // under O_DIRECT, a request the block layer would have to split fails that try and is
-    // issued again from a kernel worker thread, its pages pinned twice (file::queue_limits). So
-    // requests are cut to the largest size the device takes whole, and a block cut into pieces
-    // keeps its bytes in flight: queue depth x pieces requests, no more than the backend holds
-    // completions for and, past the queue depth, than the device queues (more would only wait).
-    void keep_to_queue_limits() {
-        const queue_limits& limits = file_.queue_limits();
-        const std::size_t whole = limits.unsplit_request_bytes;
-        if (!file_.is_direct() || whole < unit_ || whole % unit_ != 0 || whole >= block_size_)
-            return;
-        request_size_ = whole;
-        const std::size_t pieces = (block_size_ + whole - 1) / whole;
-        const std::size_t capacity = backend_.completion_capacity();
-        std::size_t slots = pieces > capacity / queue_depth_ ? capacity : queue_depth_ * pieces;
-        if (limits.requests > 0)
-            slots = std::min(slots, std::max<std::size_t>(queue_depth_, limits.requests));
-        slot_count_ = static_cast<unsigned>(std::max<std::size_t>(queue_depth_, slots));
     }
 
     // Moves past segments with nothing left to issue; true when none is left.
@@ -464,7 +443,7 @@ class engine {
     Backend& backend_;
     const unsigned queue_depth_;
     const std::size_t block_size_;
-    std::size_t request_size_;  // block_size_, or what the device takes whole
+    std::size_t request_size_;  // block_size_, or what the device takes whole (request_plan)
     unsigned slot_count_;       // requests in flight at most: queue_depth_, or more pieces
     file& file_;
     const operation op_;

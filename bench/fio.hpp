@@ -163,7 +163,10 @@ struct fio_result {
         std::uint64_t{config.threads} * config.queue_depth * config.block_size;
     if (ring <= size / 4) {
         const command_result start_and_exit = run_command(fio_command(fio, config, ring));
-        result.process_cpu_seconds = std::max(0.0, ran.cpu_seconds - start_and_exit.cpu_seconds);
+        if (start_and_exit.status == 0) {  // else unknown
+            result.process_cpu_seconds =
+                std::max(0.0, ran.cpu_seconds - start_and_exit.cpu_seconds);
+        }
     }
     try {
         // fio may print notes before its JSON.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <nvmeio/backend/request.hpp>
+#include <nvmeio/detail/request_plan.hpp>
 
 namespace nvmeio_test {
 
@@ -181,6 +182,14 @@ class fault_backend {
     }
 
     [[nodiscard]] unsigned queue_depth() const noexcept { return inner_.queue_depth(); }
+
+    // Requests on a block device are cut as the inner backend's are (detail/request_plan.hpp),
+    // so faults also strike the pieces of cut requests.
+    static constexpr bool keeps_to_queue_limits =
+        nvmeio::detail::keeps_to_queue_limits<Inner>::value;
+    [[nodiscard]] unsigned completion_capacity() const noexcept {
+        return inner_.completion_capacity();
+    }
 
     // Requests the kernel accepted and the engine has not reaped yet.
     [[nodiscard]] std::size_t inflight() const noexcept { return inflight_.size(); }

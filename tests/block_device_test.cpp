@@ -8,9 +8,12 @@
 #include <unistd.h>
 
 #include <dirent.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nvmeio/aio_context.hpp>
@@ -66,6 +69,24 @@ int io_workers_of(long tid) {
     }
     ::closedir(tasks);
     return count;
+}
+
+// AnonHugePages (KiB) of the mapping holding `address`, from /proc/self/smaps.
+std::size_t anon_huge_kib(const void* address) {
+    const auto at = reinterpret_cast<std::uintptr_t>(address);
+    std::ifstream smaps("/proc/self/smaps");
+    std::string line;
+    bool inside = false;
+    while (std::getline(smaps, line)) {
+        unsigned long begin = 0, end = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 &&
+            line.find(':') > line.find(' ')) {
+            inside = at >= begin && at < end;
+        } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+            return std::stoul(line.substr(14));
+        }
+    }
+    return 0;
 }
 
 std::size_t sysfs_queue_limit(const std::string& device, const char* name) {
@@ -305,23 +326,59 @@ BOOST_AUTO_TEST_CASE(parallel_and_batched_transfers_on_a_device_are_byte_exact) 
 BOOST_AUTO_TEST_CASE(a_cut_block_keeps_its_bytes_in_flight_within_the_ring_and_the_queue) {
     using detail::plan_requests;
     const std::size_t k = 1024, m = 1024 * 1024;
-    const queue_limits loop{512 * k, 128};
+    const queue_limits loop{512 * k, 128};  // the loop device's
     auto check = [](detail::request_plan got, std::size_t size, unsigned slots) {
         BOOST_TEST(got.request_size == size);
         BOOST_TEST(got.slots == slots);
     };
-    check(plan_requests({}, true, 4096, 8 * m, 4, 64), 8 * m, 4);        // a regular file
-    check(plan_requests(loop, false, 1, 8 * m, 4, 64), 8 * m, 4);        // buffered
-    check(plan_requests(loop, true, 4096, 512 * k, 4, 64), 512 * k, 4);  // taken whole
-    check(plan_requests(loop, true, 4096, 256 * k, 4, 64), 256 * k, 4);
-    check(plan_requests({2048, 128}, true, 4096, 8 * m, 4, 64), 8 * m, 4);     // below the unit
-    check(plan_requests(loop, true, 4096, 8 * m, 4, 64), 512 * k, 64);         // 16 pieces each
-    check(plan_requests(loop, true, 4096, 1 * m + 4096, 4, 64), 512 * k, 12);  // 3 pieces
-    check(plan_requests(loop, true, 4096, 8 * m, 4, 32), 512 * k, 32);  // the completion ring
-    check(plan_requests(loop, true, 4096, 64 * m, 4, 64), 512 * k, 64);
-    check(plan_requests({512 * k, 16}, true, 4096, 8 * m, 4, 64), 512 * k, 16);  // the queue
-    check(plan_requests(loop, true, 4096, 1 * m, 256, 4096), 512 * k, 256);     // never below depth
-    check(plan_requests({512 * k, 0}, true, 4096, 8 * m, 4, 64), 512 * k, 64);  // queue unknown
+    const bool scattered = false;
+    check(plan_requests({}, true, 4096, 8 * m, 4, 64, scattered), 8 * m, 4);  // a regular file
+    check(plan_requests(loop, false, 1, 8 * m, 4, 64, scattered), 8 * m, 4);  // buffered
+    check(plan_requests(loop, true, 4096, 512 * k, 4, 64, scattered), 512 * k, 4);  // whole
+    check(plan_requests(loop, true, 4096, 256 * k, 4, 64, scattered), 256 * k, 4);
+    check(plan_requests({2048, 128}, true, 4096, 8 * m, 4, 64, scattered), 8 * m, 4);
+    check(plan_requests(loop, true, 4096, 8 * m, 4, 64, scattered), 512 * k, 64);  // 16 pieces
+    check(plan_requests(loop, true, 4096, 1 * m + 4096, 4, 64, scattered), 512 * k, 12);
+    check(plan_requests(loop, true, 4096, 8 * m, 4, 32, scattered), 512 * k, 32);  // the ring
+    check(plan_requests(loop, true, 4096, 64 * m, 4, 64, scattered), 512 * k, 64);
+    check(plan_requests({512 * k, 16}, true, 4096, 8 * m, 4, 64, scattered), 512 * k,
+          16);  // the device's queue
+    check(plan_requests(loop, true, 4096, 1 * m, 256, 4096, scattered), 512 * k, 256);
+    check(plan_requests({512 * k, 0}, true, 4096, 8 * m, 4, 64, scattered), 512 * k, 64);
+    // Memory of huge pages: requests stay whole.
+    check(plan_requests(loop, true, 4096, 1 * m, 4, 64, true), 1 * m, 4);
+    check(plan_requests(loop, true, 4096, 8 * m, 4, 64, true), 8 * m, 4);
+}
+
+// Huge pages are asked of the kernel (PAGEMAP_SCAN, Linux 6.7): a buffer of transparent huge
+// pages touched whole is, one of 4 KiB pages is not, nor is one not touched yet.
+BOOST_AUTO_TEST_CASE(huge_pages_are_told_from_small_ones) {
+    const std::size_t size = std::size_t{16} << 20;
+    aligned_buffer small(size, 4096, buffer_options{true, false, false});
+    (void)::madvise(small.data(), small.capacity(), MADV_NOHUGEPAGE);
+    std::memset(small.data(), 1, size);
+    BOOST_TEST(!detail::huge_pages_back(small.data(), size));
+    aligned_buffer fresh(size, 4096, buffer_options{false, true, false});
+    BOOST_TEST(!detail::huge_pages_back(fresh.data(), size));
+    aligned_buffer huge(size, 4096, buffer_options{true, true, false});
+    std::memset(huge.data(), 2, size);
+    // The witness: /proc/self/smaps's AnonHugePages of the mapping holding the buffer.
+    const std::size_t huge_kib = anon_huge_kib(huge.data());
+    utsname system{};
+    ::uname(&system);
+    int major = 0, minor = 0;
+    std::sscanf(system.release, "%d.%d", &major, &minor);
+    if (huge_kib >= size / 1024 && (major > 6 || (major == 6 && minor >= 7))) {
+        BOOST_TEST(detail::huge_pages_back(huge.data(), size));
+        const auto* before = reinterpret_cast<const void*>(  // from a page before it
+            reinterpret_cast<std::uintptr_t>(huge.data()) - 4096);
+        BOOST_TEST(!detail::huge_pages_back(before, size));
+    } else {
+        BOOST_WARN_MESSAGE(false, "huge pages NOT TESTED: Linux " << system.release << ", "
+                                                                  << huge_kib
+                                                                  << " KiB of the buffer huge");
+    }
+    BOOST_TEST(!detail::huge_pages_back(huge.data(), 0));
 }
 
 // io_uring first tries every request without blocking (REQ_NOWAIT). On a block device, a request
@@ -387,6 +444,23 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whol
             }
         }
     }
+    // Memory of huge pages stays whole (request_plan.hpp says why): 1 MiB requests of it need
+    // no split here, and no worker.
+    aligned_buffer huge(size, 4096, buffer_options{true, true, false});
+    const bool is_huge = detail::huge_pages_back(huge.data(), size);
+    BOOST_TEST_MESSAGE("huge pages: " << (is_huge ? "yes" : "no, cut as 4 KiB pages"));
+    transfer_result from_huge;
+    int huge_workers = -1;
+    std::thread([&] {
+        basic_aio_context<io_uring_backend> context({4, std::size_t{1} << 20});
+        from_huge = transfer(context, f, operation::read, huge.data(), size, 0, {{}, {}, true});
+        huge_workers = io_workers_of(::syscall(SYS_gettid));
+    }).join();
+    BOOST_TEST(from_huge.bytes == size);
+    BOOST_TEST(huge_workers == 0);
+    BOOST_TEST(from_huge.perf.requests == size / (is_huge ? std::size_t{1} << 20 : whole));
+    BOOST_TEST(std::memcmp(huge.data(), data.data(), size) == 0);
+
     // The pieces of a cut block keep its bytes in flight: depth 2 x 8 MiB.
     basic_aio_context<counting_io_uring> counting({2, std::size_t{8} << 20});
     BOOST_TEST(transfer(counting, f, operation::read, data.data(), size, 0, {}).bytes == size);

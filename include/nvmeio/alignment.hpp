@@ -119,8 +119,8 @@ inline queue_limits read_queue_limits(dev_t device) {
     const std::size_t sectors_kb = queue_limit(device, "max_sectors_kb");
     const std::size_t segments = queue_limit(device, "max_segments");
     if (sectors_kb == 0 || segments == 0) return limits;
-    const std::size_t pages = std::min(segments, bio_max_vecs);
-    const std::size_t most = std::min(sectors_kb * 1024, pages * page_size());
+    const std::size_t most =
+        std::min({sectors_kb * 1024, bio_max_vecs * page_size(), segments * page_size()});
     std::size_t bytes = 1;
     while (bytes <= most / 2)
         bytes *= 2;

@@ -66,15 +66,7 @@ class engine {
           submit_samples_(context.scratch().submit_samples),
           completion_samples_(context.scratch().completion_samples),
           spin_(context.options().spin),
-          backoff_(context.scratch().backoff) {
-        if constexpr (keeps_to_queue_limits<Backend>::value) {
-            const request_plan plan =
-                plan_requests(file_.queue_limits(), file_.is_direct(), unit_, block_size_,
-                              queue_depth_, backend_.completion_capacity());
-            request_size_ = plan.request_size;
-            slot_count_ = plan.slots;
-        }
-    }
+          backoff_(context.scratch().backoff) {}
 
     void run() {
         const clock::time_point start = perf_ != nullptr ? clock::now() : clock::time_point{};
@@ -88,6 +80,13 @@ class engine {
                 padded ? s.span : static_cast<std::size_t>(align_down(s.length, unit_));
             state_[i].end_of_data = std::max(s.length, state_[i].body);
             body_total += state_[i].body;
+        }
+        if constexpr (keeps_to_queue_limits<Backend>::value) {
+            const request_plan plan =
+                plan_requests(file_.queue_limits(), file_.is_direct(), unit_, block_size_,
+                              queue_depth_, backend_.completion_capacity(), cut_memory_is_huge());
+            request_size_ = plan.request_size;
+            slot_count_ = plan.slots;
         }
         slots_.resize(slot_count_);
         free_.clear();
@@ -146,6 +145,20 @@ class engine {
 
     std::size_t limit(std::size_t i) const {
         return std::min(state_[i].body, state_[i].end_of_data);
+    }
+
+    // Whether huge pages back the memory of every segment a cut would apply to, which then
+    // stays whole (see request_plan.hpp); asked of the kernel only when there is one.
+    bool cut_memory_is_huge() const {
+        const std::size_t whole = file_.queue_limits().unsplit_request_bytes;
+        if (!file_.is_direct() || whole == 0 || whole >= block_size_) return false;
+        bool any = false;
+        for (std::size_t i = 0; i < count_; ++i) {
+            if (segments_[i].failure || state_[i].body <= whole) continue;
+            if (!huge_pages_back(segments_[i].memory, state_[i].body)) return false;
+            any = true;
+        }
+        return any;
     }
 
     // Moves past segments with nothing left to issue; true when none is left.

@@ -9,8 +9,13 @@
 /// keeps its bytes in flight: queue depth x pieces requests, no more than the backend holds
 /// completions for and, past the queue depth, than the device queues (more would only wait).
 
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include "nvmeio/alignment.hpp"
@@ -32,13 +37,18 @@ struct request_plan {
 
 /// The plan for a context of `queue_depth` x `block_size` on a file with `limits`, O_DIRECT
 /// alignment `unit` (when `direct`), through a backend that keeps to the limits and holds
-/// `completion_capacity` (>= queue_depth) completions.
+/// `completion_capacity` (>= queue_depth) completions. When huge pages back the memory
+/// (`huge_pages`, see huge_pages_back) requests stay whole: a failed try costs little for them
+/// (their pages are pinned a huge page at a time) and pieces cost more. On the RAM-backed
+/// device 8 MiB blocks of huge pages ran at 0.94x the rate and 1.8-2x the CPU when cut, and
+/// 1 MiB ones need no split there (physically contiguous pages make few segments).
 [[nodiscard]] inline request_plan plan_requests(const queue_limits& limits, bool direct,
                                                 std::size_t unit, std::size_t block_size,
                                                 unsigned queue_depth,
-                                                std::size_t completion_capacity) noexcept {
+                                                std::size_t completion_capacity,
+                                                bool huge_pages) noexcept {
     const std::size_t whole = limits.unsplit_request_bytes;
-    if (!direct || whole < unit || whole % unit != 0 || whole >= block_size)
+    if (!direct || huge_pages || whole < unit || whole % unit != 0 || whole >= block_size)
         return {block_size, queue_depth};
     const std::size_t pieces = (block_size + whole - 1) / whole;
     std::size_t slots = pieces > completion_capacity / queue_depth
@@ -47,6 +57,40 @@ struct request_plan {
     if (limits.requests > 0)
         slots = std::min(slots, std::max<std::size_t>(queue_depth, limits.requests));
     return {whole, static_cast<unsigned>(std::max<std::size_t>(queue_depth, slots))};
+}
+
+/// Whether huge pages (transparent or hugetlbfs) map every page of [data, data + length), as
+/// the kernel's PAGEMAP_SCAN (Linux 6.7) says; false when a page is not, is not mapped yet, or
+/// the kernel cannot say. One open, ioctl and close of
+/// /proc/self/pagemap (a few microseconds; no descriptor is kept, so none outlives a fork).
+[[nodiscard]] inline bool huge_pages_back(const void* data, std::size_t length) noexcept {
+    struct page_region {  // <linux/fs.h> of Linux 6.7
+        std::uint64_t start, end, categories;
+    };
+    struct pm_scan_arg {
+        std::uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages, category_inverted,
+            category_mask, category_anyof_mask, return_mask;
+    };
+    constexpr unsigned long pagemap_scan = 0xC0606610UL;  // _IOWR('f', 16, pm_scan_arg)
+    constexpr std::uint64_t page_is_huge = 1u << 6;
+    static_assert(sizeof(pm_scan_arg) == 96, "the kernel's pm_scan_arg");
+    if (length == 0) return false;
+    const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    page_region found{};
+    pm_scan_arg scan{};
+    scan.size = sizeof scan;
+    scan.start = reinterpret_cast<std::uintptr_t>(data);
+    scan.end = scan.start + length;
+    scan.vec = reinterpret_cast<std::uintptr_t>(&found);
+    scan.vec_len = 1;
+    scan.max_pages = 1;
+    scan.category_inverted = page_is_huge;  // find the first page that is not huge
+    scan.category_mask = page_is_huge;
+    scan.return_mask = page_is_huge;
+    const int regions = ::ioctl(fd, pagemap_scan, &scan);
+    ::close(fd);
+    return regions == 0;
 }
 
 }  // namespace nvmeio::detail

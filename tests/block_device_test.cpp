@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nvmeio/aio_context.hpp>
 #include <nvmeio/backend/io_uring.hpp>
 #include <nvmeio/batch.hpp>
@@ -331,23 +332,38 @@ BOOST_AUTO_TEST_CASE(a_cut_block_keeps_its_bytes_in_flight_within_the_ring_and_t
         BOOST_TEST(got.request_size == size);
         BOOST_TEST(got.slots == slots);
     };
-    const bool scattered = false;
-    check(plan_requests({}, true, 4096, 8 * m, 4, 64, scattered), 8 * m, 4);  // a regular file
-    check(plan_requests(loop, false, 1, 8 * m, 4, 64, scattered), 8 * m, 4);  // buffered
-    check(plan_requests(loop, true, 4096, 512 * k, 4, 64, scattered), 512 * k, 4);  // whole
-    check(plan_requests(loop, true, 4096, 256 * k, 4, 64, scattered), 256 * k, 4);
-    check(plan_requests({2048, 128}, true, 4096, 8 * m, 4, 64, scattered), 8 * m, 4);
-    check(plan_requests(loop, true, 4096, 8 * m, 4, 64, scattered), 512 * k, 64);  // 16 pieces
-    check(plan_requests(loop, true, 4096, 1 * m + 4096, 4, 64, scattered), 512 * k, 12);
-    check(plan_requests(loop, true, 4096, 8 * m, 4, 32, scattered), 512 * k, 32);  // the ring
-    check(plan_requests(loop, true, 4096, 64 * m, 4, 64, scattered), 512 * k, 64);
-    check(plan_requests({512 * k, 16}, true, 4096, 8 * m, 4, 64, scattered), 512 * k,
+    const auto no_huge_pages = [](std::size_t) { return false; };
+    const auto huge_pages = [](std::size_t) { return true; };
+    check(plan_requests({}, true, 4096, 8 * m, 4, 64, no_huge_pages), 8 * m, 4);  // a regular file
+    check(plan_requests(loop, false, 1, 8 * m, 4, 64, no_huge_pages), 8 * m, 4);  // buffered
+    check(plan_requests(loop, true, 4096, 512 * k, 4, 64, no_huge_pages), 512 * k, 4);  // whole
+    check(plan_requests(loop, true, 4096, 256 * k, 4, 64, no_huge_pages), 256 * k, 4);
+    check(plan_requests({2048, 128}, true, 4096, 8 * m, 4, 64, no_huge_pages), 8 * m, 4);
+    check(plan_requests(loop, true, 4096, 8 * m, 4, 64, no_huge_pages), 512 * k, 64);  // 16 pieces
+    check(plan_requests(loop, true, 4096, 1 * m + 4096, 4, 64, no_huge_pages), 512 * k, 12);
+    check(plan_requests(loop, true, 4096, 8 * m, 4, 32, no_huge_pages), 512 * k, 32);  // the ring
+    check(plan_requests(loop, true, 4096, 64 * m, 4, 64, no_huge_pages), 512 * k, 64);
+    check(plan_requests({512 * k, 16}, true, 4096, 8 * m, 4, 64, no_huge_pages), 512 * k,
           16);  // the device's queue
-    check(plan_requests(loop, true, 4096, 1 * m, 256, 4096, scattered), 512 * k, 256);
-    check(plan_requests({512 * k, 0}, true, 4096, 8 * m, 4, 64, scattered), 512 * k, 64);
+    check(plan_requests(loop, true, 4096, 1 * m, 256, 4096, no_huge_pages), 512 * k, 256);
+    check(plan_requests({512 * k, 0}, true, 4096, 8 * m, 4, 64, no_huge_pages), 512 * k, 64);
     // Memory of huge pages: requests stay whole.
-    check(plan_requests(loop, true, 4096, 1 * m, 4, 64, true), 1 * m, 4);
-    check(plan_requests(loop, true, 4096, 8 * m, 4, 64, true), 8 * m, 4);
+    check(plan_requests(loop, true, 4096, 1 * m, 4, 64, huge_pages), 1 * m, 4);
+    check(plan_requests(loop, true, 4096, 8 * m, 4, 64, huge_pages), 8 * m, 4);
+    // Huge pages are asked about only when a cut would apply, with the size of the pieces.
+    std::vector<std::size_t> asked;
+    const auto asking = [&](std::size_t whole) {
+        asked.push_back(whole);
+        return false;
+    };
+    (void)plan_requests({}, true, 4096, 8 * m, 4, 64, asking);
+    (void)plan_requests(loop, true, 4096, 512 * k, 4, 64, asking);
+    (void)plan_requests(loop, false, 1, 8 * m, 4, 64, asking);
+    (void)plan_requests(loop, true, 4096, 8 * m, 4, 64, asking);
+    BOOST_TEST(asked == std::vector<std::size_t>{512 * k});
+    // A block size near SIZE_MAX: as many pieces as the completion ring holds, no overflow.
+    const std::size_t largest = std::numeric_limits<std::size_t>::max() / 4096 * 4096;
+    check(plan_requests(loop, true, 4096, largest, 4, 64, no_huge_pages), 512 * k, 64);
 }
 
 // Huge pages are asked of the kernel (PAGEMAP_SCAN, Linux 6.7): a buffer of transparent huge

@@ -66,7 +66,8 @@ class engine {
           submit_samples_(context.scratch().submit_samples),
           completion_samples_(context.scratch().completion_samples),
           spin_(context.options().spin),
-          backoff_(context.scratch().backoff) {}
+          backoff_(context.scratch().backoff),
+          pages_(context.scratch().pages) {}
 
     void run() {
         const clock::time_point start = perf_ != nullptr ? clock::now() : clock::time_point{};
@@ -84,7 +85,8 @@ class engine {
         if constexpr (keeps_to_queue_limits<Backend>::value) {
             const request_plan plan =
                 plan_requests(file_.queue_limits(), file_.is_direct(), unit_, block_size_,
-                              queue_depth_, backend_.completion_capacity(), cut_memory_is_huge());
+                              queue_depth_, backend_.completion_capacity(),
+                              [this](std::size_t whole) { return cut_memory_is_huge(whole); });
             request_size_ = plan.request_size;
             slot_count_ = plan.slots;
         }
@@ -147,15 +149,13 @@ class engine {
         return std::min(state_[i].body, state_[i].end_of_data);
     }
 
-    // Whether huge pages back the memory of every segment a cut would apply to, which then
-    // stays whole (see request_plan.hpp); asked of the kernel only when there is one.
-    bool cut_memory_is_huge() const {
-        const std::size_t whole = file_.queue_limits().unsplit_request_bytes;
-        if (!file_.is_direct() || whole == 0 || whole >= block_size_) return false;
+    // Whether huge pages back the memory of every segment a cut to `whole` would apply to
+    // (then requests stay whole, see request_plan.hpp).
+    bool cut_memory_is_huge(std::size_t whole) {
         bool any = false;
         for (std::size_t i = 0; i < count_; ++i) {
             if (segments_[i].failure || state_[i].body <= whole) continue;
-            if (!huge_pages_back(segments_[i].memory, state_[i].body)) return false;
+            if (!pages_.huge_pages_back(segments_[i].memory, state_[i].body)) return false;
             any = true;
         }
         return any;
@@ -485,6 +485,7 @@ class engine {
     std::uint64_t resubmissions_ = 0;
     const clock::duration spin_;  // context_options::spin
     spin_backoff& backoff_;       // in the context's scratch: it outlives a transfer
+    pagemap& pages_;              // also the context's
 };
 
 /// Moves `segments` of `f` through `context`; afterwards each has its `bytes` and `failure`.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nvmeio/backend/request.hpp"
+#include "nvmeio/detail/request_plan.hpp"
 #include "nvmeio/detail/spin_backoff.hpp"
 
 namespace nvmeio::detail {
@@ -44,6 +45,7 @@ struct engine_scratch {
     std::vector<double> submit_samples;
     std::vector<double> completion_samples;
     spin_backoff backoff;  // which waits poll before sleeping (context_options::spin)
+    pagemap pages;         // which memory huge pages back (request_plan.hpp)
 };
 
 }  // namespace nvmeio::detail

@@ -1,0 +1,342 @@
+#pragma once
+/// \file handle.hpp
+/// nvmeio_torch's `aio_handle`: DeepSpeed's handle contract (submit, then `wait()` for all) over
+/// nvmeio's public API. Pure C++ over libtorch tensors; module.cpp converts Python arguments,
+/// releases the GIL around every call that can block and maps exceptions.
+///
+/// How a request moves: the file is opened when the request is submitted (a missing file is an
+/// error at once, and a caller's descriptor may be closed as soon as submit returns); the
+/// handle's one dispatcher thread then runs the requests in submission order, each through a
+/// `basic_parallel_context` (DeepSpeed's intra-op parallelism: the one splitter of nvmeio, any
+/// size, no divisibility rule). What O_DIRECT cannot take goes where nvmeio can take it:
+///  - an offset, or a block size, off the file's O_DIRECT alignment: the file is opened buffered;
+///  - a buffer address off the alignment (torch's own allocations are 64-byte aligned): the
+///    batch front end, which bounces through an aligned arena on the same workers;
+///  - everything else straight between the tensor and the file.
+///
+/// Lifetimes: a pending request holds its tensor; only the thread that calls `wait` or destroys
+/// the handle lets go of it (module.cpp does that with the GIL held), never the dispatcher.
+///
+/// fork: the dispatcher and the workers exist only in the creating process. In a child every
+/// call throws std::logic_error, and destroying the handle there abandons its state (nothing
+/// that the parent's threads may hold is touched).
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <nvmeio/batch.hpp>
+#include <nvmeio/error.hpp>
+#include <nvmeio/file.hpp>
+#include <nvmeio/parallel.hpp>
+#include <nvmeio/verify.hpp>
+#if NVMEIO_HAS_IO_URING
+#include <nvmeio/backend/io_uring.hpp>
+#endif
+
+#include <torch/types.h>
+
+#include "pinned.hpp"
+
+namespace nvmeio_torch {
+
+/// What DeepSpeed's constructor takes, plus the backend.
+struct handle_settings {
+    std::size_t block_size = std::size_t{1} << 20;
+    unsigned queue_depth = 128;
+    bool single_submit = false;
+    bool overlap_events = false;
+    unsigned intra_op_parallelism = 1;
+    std::string backend = "libaio";  ///< "libaio" or "io_uring".
+};
+
+/// One request: a tensor's bytes and a file range, opened at submit.
+struct request {
+    nvmeio::operation op = nvmeio::operation::read;
+    torch::Tensor tensor;  // kept alive while pending; released by the waiting thread only
+    void* data = nullptr;
+    std::size_t length = 0;
+    std::uint64_t offset = 0;
+    nvmeio::file file;
+    bool validate = false;
+    // Filled by the dispatcher.
+    bool done = false;
+    std::exception_ptr error;
+};
+
+using request_list = std::vector<std::unique_ptr<request>>;
+
+namespace detail {
+
+// The parallel context of one backend behind a virtual call, so that the backend is a run-time
+// keyword of the Python constructor.
+class engine {
+  public:
+    virtual ~engine() = default;
+    virtual std::size_t move(request& r, const nvmeio::transfer_config& config) = 0;
+};
+
+template <class Backend>
+class engine_on final : public engine {
+  public:
+    explicit engine_on(const nvmeio::parallel_options& options) : context_(options) {}
+
+    // Bytes moved (less than the length only for a read meeting the end of the file).
+    std::size_t move(request& r, const nvmeio::transfer_config& config) override {
+        const nvmeio::dio_alignment& a = r.file.alignment();
+        if (!r.file.is_direct() || nvmeio::is_aligned(r.data, a.memory)) {
+            return context_.transfer(r.file, r.op, r.data, r.length, r.offset, config).bytes;
+        }
+        nvmeio::batch_options options;
+        options.config = config;
+        const nvmeio::batch_outcome outcome =
+            nvmeio::transfer_batch(context_, r.file, r.op, {{r.data, r.length, r.offset}}, options);
+        nvmeio::detail::throw_if(outcome.results[0].failure);
+        return outcome.results[0].bytes;
+    }
+
+  private:
+    nvmeio::basic_parallel_context<Backend> context_;
+};
+
+inline std::unique_ptr<engine> make_engine(const handle_settings& s) {
+    nvmeio::parallel_options options;
+    options.threads = s.intra_op_parallelism;
+    options.context.queue_depth = s.queue_depth;
+    options.context.block_size = s.block_size;
+    if (s.backend == "libaio") return std::make_unique<engine_on<nvmeio::libaio_backend>>(options);
+#if NVMEIO_HAS_IO_URING
+    if (s.backend == "io_uring") {
+        return std::make_unique<engine_on<nvmeio::io_uring_backend>>(options);
+    }
+#endif
+    nvmeio::detail::throw_invalid("backend must be 'libaio'" +
+                                  std::string(NVMEIO_HAS_IO_URING ? " or 'io_uring'" : "") +
+                                  " (got '" + s.backend + "')");
+}
+
+}  // namespace detail
+
+/// Opens `path` for `op` as a request at `offset` with `block_size` blocks needs it: O_DIRECT
+/// where the filesystem and the alignment allow, buffered otherwise. Writes never truncate.
+inline nvmeio::file open_for(const std::string& path, nvmeio::operation op, std::uint64_t offset,
+                             std::size_t block_size) {
+    const nvmeio::open_mode mode =
+        op == nvmeio::operation::read ? nvmeio::open_mode::read : nvmeio::open_mode::read_write;
+    nvmeio::file f(path, mode, nvmeio::direct_io::automatic);
+    const nvmeio::dio_alignment& a = f.alignment();
+    if (f.is_direct() &&
+        (!nvmeio::is_aligned(offset, a.offset) || !nvmeio::is_aligned(block_size, a.strictest()))) {
+        f = nvmeio::file(path, mode, nvmeio::direct_io::off);
+    }
+    return f;
+}
+
+/// The path a caller's open descriptor refers to, for opening the file afresh (so that a
+/// write-only or O_APPEND descriptor does not decide how nvmeio moves the bytes): its name when
+/// that still names the same file, else `/proc/self/fd/N`. Throws io_error (EBADF) for a
+/// descriptor that is not open.
+inline std::string path_of_descriptor(int fd, nvmeio::operation op, std::uint64_t offset) {
+    struct stat by_fd {};
+    if (fd < 0 || ::fstat(fd, &by_fd) != 0) {
+        throw nvmeio::io_error({nvmeio::detail::errno_code(fd < 0 ? EBADF : errno),
+                                std::string(to_string(op)) + " to descriptor " + std::to_string(fd),
+                                "", offset, 0});
+    }
+    const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+    std::string name(4096, '\0');
+    const ssize_t n = ::readlink(proc.c_str(), name.data(), name.size());
+    if (n <= 0 || static_cast<std::size_t>(n) >= name.size()) return proc;
+    name.resize(static_cast<std::size_t>(n));
+    struct stat by_name {};
+    if (::stat(name.c_str(), &by_name) != 0 || by_name.st_dev != by_fd.st_dev ||
+        by_name.st_ino != by_fd.st_ino) {
+        return proc;
+    }
+    return name;
+}
+
+/// DeepSpeed's aio_handle. Thread-safety: any method from any thread; calls that submit and
+/// wait (the synchronous ones, `wait`) are serialised, as in DeepSpeed, so that each returns the
+/// count of what it waited for.
+class aio_handle {
+  public:
+    explicit aio_handle(handle_settings settings)
+        : settings_(checked(std::move(settings))), state_(std::make_unique<state>(settings_)) {
+        state_->dispatcher = std::thread([s = state_.get()] { s->dispatch(); });
+    }
+
+    aio_handle(const aio_handle&) = delete;
+    aio_handle& operator=(const aio_handle&) = delete;
+
+    /// Lets the dispatcher finish every pending request and stops it. The requests (and their
+    /// tensors) go to `released`, for the caller to let go of where it may.
+    void close(request_list& released) noexcept {
+        if (!state_) return;
+        if (state_->creator != ::getpid()) {  // the parent's: see the file comment
+            (void)state_.release();
+            return;
+        }
+        {
+            std::unique_lock<std::mutex> lock(state_->mutex);
+            state_->stopping = true;
+            state_->work.notify_all();
+        }
+        state_->dispatcher.join();
+        released = std::move(state_->submitted);
+        state_.reset();
+    }
+
+    ~aio_handle() {
+        request_list released;
+        close(released);
+    }
+
+    [[nodiscard]] const handle_settings& settings() const noexcept { return settings_; }
+
+    /// Queues `r`; returns at once. The request's file is already open.
+    void submit(std::unique_ptr<request> r) {
+        require_usable();
+        std::lock_guard<std::mutex> lock(state_->mutex);
+        state_->queue.push_back(r.get());
+        state_->submitted.push_back(std::move(r));
+        state_->work.notify_one();
+    }
+
+    /// Submits `r` and waits for it and everything before it, under the call lock: DeepSpeed's
+    /// synchronous calls. Returns the count of requests completed.
+    int run(std::unique_ptr<request> r, request_list& released) {
+        require_usable();
+        std::lock_guard<std::mutex> calls(call_mutex_);
+        submit(std::move(r));
+        return wait_locked(released);
+    }
+
+    /// Waits for every submitted request; returns how many there were (0 when none). Throws the
+    /// first failure (in submission order) after all have finished; the handle stays usable.
+    int wait(request_list& released) {
+        require_usable();
+        std::lock_guard<std::mutex> calls(call_mutex_);
+        return wait_locked(released);
+    }
+
+  private:
+    struct state {
+        explicit state(const handle_settings& s)
+            : engine(detail::make_engine(s)),
+              config{s.overlap_events ? nvmeio::strategy_kind::overlapped
+                                      : nvmeio::strategy_kind::sequential,
+                     s.single_submit ? nvmeio::submit_mode::single : nvmeio::submit_mode::block,
+                     false} {}
+
+        void dispatch() {
+            for (;;) {
+                request* r = nullptr;
+                {
+                    std::unique_lock<std::mutex> lock(mutex);
+                    work.wait(lock, [this] { return stopping || !queue.empty(); });
+                    if (queue.empty()) return;  // stopping, and nothing left
+                    r = queue.front();
+                    queue.pop_front();
+                }
+                std::exception_ptr error;
+                try {
+                    run_one(*r);
+                } catch (...) {
+                    error = std::current_exception();
+                }
+                std::lock_guard<std::mutex> lock(mutex);
+                r->error = error;
+                r->done = true;
+                finished.notify_all();
+            }
+        }
+
+        void run_one(request& r) {
+            if (r.length == 0) return;
+            const std::size_t bytes = engine->move(r, config);
+            if (bytes < r.length) {  // a read met the end of the file
+                throw nvmeio::io_error(
+                    {nvmeio::detail::errno_code(ENODATA),
+                     "read (the file ends at byte " + std::to_string(r.offset + bytes) + ")",
+                     r.file.path(), r.offset, r.length});
+            }
+            if (r.validate) validate(r);
+        }
+
+        static void validate(request& r) {
+            const nvmeio::verify_result v =
+                nvmeio::verify_read(r.file.path(), r.data, r.length, r.offset);
+            if (v.equal()) return;
+            const std::string found =
+                v.file_bytes < v.requested
+                    ? "the file holds only " + std::to_string(v.file_bytes) + " of the bytes"
+                    : std::to_string(v.mismatches.count) + " bytes differ, the first at byte " +
+                          std::to_string(v.mismatches.first);
+            throw nvmeio::io_error({nvmeio::detail::errno_code(EIO),
+                                    "validate " + std::string(to_string(r.op)) + " (" + found + ")",
+                                    r.file.path(), r.offset, r.length});
+        }
+
+        std::unique_ptr<detail::engine> engine;
+        nvmeio::transfer_config config;
+        const pid_t creator = ::getpid();
+        std::mutex mutex;
+        std::condition_variable work, finished;
+        std::deque<request*> queue;  // submitted, not started
+        request_list submitted;      // owned until a wait collects them
+        bool stopping = false;
+        std::thread dispatcher;
+    };
+
+    int wait_locked(request_list& released) {
+        std::unique_lock<std::mutex> lock(state_->mutex);
+        state_->finished.wait(lock, [this] {
+            for (const auto& r : state_->submitted)
+                if (!r->done) return false;
+            return true;
+        });
+        released = std::move(state_->submitted);
+        state_->submitted.clear();
+        lock.unlock();
+        for (const auto& r : released)
+            if (r->error) std::rethrow_exception(r->error);
+        return static_cast<int>(released.size());
+    }
+
+    void require_usable() const {
+        if (!state_) throw std::logic_error("nvmeio_torch: the aio_handle is closed");
+        if (state_->creator != ::getpid()) {
+            throw std::logic_error(
+                "nvmeio_torch: this aio_handle was created in process " +
+                std::to_string(state_->creator) +
+                "; a child after fork cannot use it (its "
+                "threads exist only in the parent): create a new handle in the child");
+        }
+    }
+
+    static handle_settings checked(handle_settings s) {
+        if (s.intra_op_parallelism == 0) {
+            nvmeio::detail::throw_invalid("intra_op_parallelism must be at least 1 (got 0)");
+        }
+        return s;
+    }
+
+    handle_settings settings_;
+    std::unique_ptr<state> state_;
+    std::mutex call_mutex_;
+};
+
+}  // namespace nvmeio_torch

@@ -1,0 +1,328 @@
+// nvmeio_torch._C: the Python face of handle.hpp. Everything here is argument checking and
+// conversion at the boundary; every call that can block runs with the GIL released, and
+// tensors are let go of only with the GIL held.
+
+#include <pybind11/pybind11.h>
+#include <torch/extension.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include <nvmeio/version.hpp>
+
+#include "handle.hpp"
+#include "pinned.hpp"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+namespace nvmeio_torch {
+namespace {
+
+// The bytes of `buffer` as a request: a contiguous CPU tensor (any dtype, any view).
+std::unique_ptr<request> make_request(nvmeio::operation op, const torch::Tensor& buffer,
+                                      std::int64_t offset, bool validate, const char* method) {
+    const std::string where = std::string(method) + ": ";
+    if (!buffer.defined()) throw std::invalid_argument(where + "the buffer is an undefined tensor");
+    if (!buffer.is_cpu()) {
+        throw std::invalid_argument(where + "the buffer is on " + buffer.device().str() +
+                                    "; nvmeio_torch moves CPU tensors only (copy it to the CPU, "
+                                    "or into new_cpu_locked_tensor memory, first)");
+    }
+    if (!buffer.is_contiguous()) {
+        throw std::invalid_argument(where +
+                                    "the buffer is not contiguous (call .contiguous() on it)");
+    }
+    if (offset < 0) {
+        throw std::invalid_argument(where + "file_offset must not be negative (got " +
+                                    std::to_string(offset) + ")");
+    }
+    auto r = std::make_unique<request>();
+    r->op = op;
+    r->tensor = buffer;
+    r->data = buffer.numel() == 0 ? nullptr : buffer.data_ptr();
+    r->length = buffer.nbytes();
+    r->offset = static_cast<std::uint64_t>(offset);
+    r->validate = validate;
+    return r;
+}
+
+// A Python handle: the C++ handle plus the locked tensors it handed out.
+class py_handle {
+  public:
+    explicit py_handle(handle_settings s) : handle_(std::move(s)) {}
+
+    ~py_handle() {
+        request_list released;
+        {
+            py::gil_scoped_release unlocked;
+            handle_.close(released);
+        }
+    }  // `released` (the tensors) goes here, with the GIL held
+
+    const handle_settings& settings() const { return handle_.settings(); }
+
+    // Opens the file (GIL released: an open can block) and queues or runs the request. Locals
+    // go in reverse order: `unlocked` takes the GIL back before `released` lets go of tensors.
+    int start(std::unique_ptr<request> r, const std::string& path, bool async) {
+        request_list released;
+        py::gil_scoped_release unlocked;
+        r->file = open_for(path, r->op, r->offset, handle_.settings().block_size);
+        if (async) {
+            handle_.submit(std::move(r));
+            return 0;
+        }
+        return handle_.run(std::move(r), released);
+    }
+
+    int start_on_descriptor(std::unique_ptr<request> r, int fd) {
+        std::string path;
+        {
+            py::gil_scoped_release unlocked;
+            path = path_of_descriptor(fd, r->op, r->offset);
+        }
+        return start(std::move(r), path, true);
+    }
+
+    int wait() {
+        request_list released;
+        py::gil_scoped_release unlocked;
+        return handle_.wait(released);
+    }
+
+    pinned_registry& pinned() { return pinned_; }
+
+  private:
+    pinned_registry pinned_;  // outlives handle_: pending requests may view its tensors
+    aio_handle handle_;
+};
+
+// io_error and the other system errors become OSError(errno, message, filename), which Python
+// turns into FileNotFoundError, PermissionError... by errno.
+void translate(std::exception_ptr error) {
+    try {
+        if (error) std::rethrow_exception(error);
+    } catch (const nvmeio::io_error& e) {
+        py::object filename = e.path().empty() ? py::none() : py::object(py::str(e.path()));
+        PyErr_SetObject(PyExc_OSError,
+                        py::make_tuple(e.code().value(), std::string(e.what()), filename).ptr());
+    } catch (const std::system_error& e) {
+        PyErr_SetObject(PyExc_OSError, py::make_tuple(e.code().value(), e.what()).ptr());
+    } catch (const std::logic_error& e) {
+        if (dynamic_cast<const std::invalid_argument*>(&e) != nullptr) throw;
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+}
+
+handle_settings settings_from(std::int64_t block_size, std::int64_t queue_depth, bool single_submit,
+                              bool overlap_events, std::int64_t intra_op_parallelism,
+                              std::string backend) {
+    auto positive = [](const char* name, std::int64_t value, std::int64_t most) {
+        if (value < 1 || value > most) {
+            throw std::invalid_argument(std::string("aio_handle: ") + name +
+                                        " must be between 1 and " + std::to_string(most) +
+                                        " (got " + std::to_string(value) + ")");
+        }
+    };
+    positive("block_size", block_size, std::int64_t{1} << 40);
+    positive("queue_depth", queue_depth, 65536);
+    positive("intra_op_parallelism", intra_op_parallelism, 1024);
+    handle_settings s;
+    s.block_size = static_cast<std::size_t>(block_size);
+    s.queue_depth = static_cast<unsigned>(queue_depth);
+    s.single_submit = single_submit;
+    s.overlap_events = overlap_events;
+    s.intra_op_parallelism = static_cast<unsigned>(intra_op_parallelism);
+    s.backend = std::move(backend);
+    return s;
+}
+
+// DeepSpeed's module functions aio_read/aio_write: one transfer on a handle of its own.
+int one_shot(nvmeio::operation op, const torch::Tensor& buffer, const std::string& filename,
+             std::int64_t block_size, std::int64_t queue_depth, bool single_submit,
+             bool overlap_events, bool validate) {
+    py_handle h(settings_from(block_size, queue_depth, single_submit, overlap_events, 1, "libaio"));
+    h.start(make_request(op, buffer, 0, validate,
+                         op == nvmeio::operation::read ? "aio_read" : "aio_write"),
+            filename, false);
+    return 0;
+}
+
+}  // namespace
+}  // namespace nvmeio_torch
+
+PYBIND11_MODULE(_C, m) {
+    using nvmeio::operation;
+    using nvmeio_torch::make_request;
+    using nvmeio_torch::py_handle;
+    m.doc() = "nvmeio_torch's extension: DeepSpeed's aio_handle over nvmeio";
+    m.attr("nvmeio_version") = std::to_string(NVMEIO_VERSION_MAJOR) + "." +
+                               std::to_string(NVMEIO_VERSION_MINOR) + "." +
+                               std::to_string(NVMEIO_VERSION_PATCH);
+    m.attr("io_uring_available") = py::bool_(NVMEIO_HAS_IO_URING != 0);
+    py::register_exception_translator(&nvmeio_torch::translate);
+
+    m.def(
+        "aio_read",
+        [](const torch::Tensor& buffer, const std::string& filename, std::int64_t block_size,
+           std::int64_t queue_depth, bool single_submit, bool overlap_events, bool validate) {
+            return nvmeio_torch::one_shot(operation::read, buffer, filename, block_size,
+                                          queue_depth, single_submit, overlap_events, validate);
+        },
+        "Reads the buffer's bytes from the start of the file; returns 0.", "buffer"_a, "filename"_a,
+        "block_size"_a, "queue_depth"_a, "single_submit"_a, "overlap_events"_a, "validate"_a);
+    m.def(
+        "aio_write",
+        [](const torch::Tensor& buffer, const std::string& filename, std::int64_t block_size,
+           std::int64_t queue_depth, bool single_submit, bool overlap_events, bool validate) {
+            return nvmeio_torch::one_shot(operation::write, buffer, filename, block_size,
+                                          queue_depth, single_submit, overlap_events, validate);
+        },
+        "Writes the buffer at the start of the file (never truncating it); returns 0.", "buffer"_a,
+        "filename"_a, "block_size"_a, "queue_depth"_a, "single_submit"_a, "overlap_events"_a,
+        "validate"_a);
+    m.def(
+        "deepspeed_memcpy",
+        [](torch::Tensor& dest, const torch::Tensor& src) {
+            if (dest.nbytes() != src.nbytes()) {
+                throw std::invalid_argument("deepspeed_memcpy: dest holds " +
+                                            std::to_string(dest.nbytes()) + " bytes, src " +
+                                            std::to_string(src.nbytes()));
+            }
+            py::gil_scoped_release unlocked;
+            dest.copy_(src);
+            return 0;
+        },
+        "Copies src into dest (same number of bytes); returns 0.", "dest"_a, "src"_a);
+
+    py::class_<py_handle>(m, "aio_handle")
+        .def(py::init([](std::int64_t block_size, std::int64_t queue_depth, bool single_submit,
+                         bool overlap_events, std::int64_t intra_op_parallelism,
+                         std::string backend) {
+                 auto s = nvmeio_torch::settings_from(block_size, queue_depth, single_submit,
+                                                      overlap_events, intra_op_parallelism,
+                                                      std::move(backend));
+                 py::gil_scoped_release unlocked;  // io_setup and thread start can take a while
+                 return std::make_unique<py_handle>(std::move(s));
+             }),
+             "block_size"_a = 1 << 20, "queue_depth"_a = 128, "single_submit"_a = false,
+             "overlap_events"_a = false, "intra_op_parallelism"_a = 1, py::kw_only(),
+             "backend"_a = "libaio")
+        .def("get_block_size",
+             [](const py_handle& h) { return static_cast<std::int64_t>(h.settings().block_size); })
+        .def("get_queue_depth", [](const py_handle& h) { return h.settings().queue_depth; })
+        .def("get_single_submit", [](const py_handle& h) { return h.settings().single_submit; })
+        .def("get_overlap_events", [](const py_handle& h) { return h.settings().overlap_events; })
+        .def("get_intra_op_parallelism",
+             [](const py_handle& h) { return h.settings().intra_op_parallelism; })
+        .def("get_alignment",
+             [](const py_handle& h) { return 512 * h.settings().intra_op_parallelism; })
+        .def("get_backend", [](const py_handle& h) { return h.settings().backend; })
+        .def(
+            "read",
+            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
+               bool validate, std::int64_t file_offset) {
+                h.start(make_request(operation::read, buffer, file_offset, validate, "read"),
+                        filename, false);
+                return 0;
+            },
+            "buffer"_a, "filename"_a, "validate"_a, "file_offset"_a = 0)
+        .def(
+            "write",
+            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
+               bool validate, std::int64_t file_offset) {
+                h.start(make_request(operation::write, buffer, file_offset, validate, "write"),
+                        filename, false);
+                return 0;
+            },
+            "buffer"_a, "filename"_a, "validate"_a, "file_offset"_a = 0)
+        .def(
+            "pread",
+            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
+               bool validate, bool async, std::int64_t file_offset) {
+                return h.start(
+                    make_request(operation::read, buffer, file_offset, validate, "pread"), filename,
+                    async);
+            },
+            "buffer"_a, "filename"_a, "validate"_a, "async"_a, "file_offset"_a = 0)
+        .def(
+            "pwrite",
+            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
+               bool validate, bool async, std::int64_t file_offset) {
+                return h.start(
+                    make_request(operation::write, buffer, file_offset, validate, "pwrite"),
+                    filename, async);
+            },
+            "buffer"_a, "filename"_a, "validate"_a, "async"_a, "file_offset"_a = 0)
+        .def(
+            "sync_pread",
+            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
+               std::int64_t file_offset) {
+                return h.start(
+                    make_request(operation::read, buffer, file_offset, false, "sync_pread"),
+                    filename, false);
+            },
+            "buffer"_a, "filename"_a, "file_offset"_a = 0)
+        .def(
+            "sync_pwrite",
+            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
+               std::int64_t file_offset) {
+                return h.start(
+                    make_request(operation::write, buffer, file_offset, false, "sync_pwrite"),
+                    filename, false);
+            },
+            "buffer"_a, "filename"_a, "file_offset"_a = 0)
+        .def(
+            "async_pread",
+            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
+               std::int64_t file_offset) {
+                return h.start(
+                    make_request(operation::read, buffer, file_offset, false, "async_pread"),
+                    filename, true);
+            },
+            "buffer"_a, "filename"_a, "file_offset"_a = 0)
+        .def(
+            "async_pwrite",
+            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
+               std::int64_t file_offset) {
+                return h.start(
+                    make_request(operation::write, buffer, file_offset, false, "async_pwrite"),
+                    filename, true);
+            },
+            "buffer"_a, "filename"_a, "file_offset"_a = 0)
+        .def(
+            "async_pwrite",
+            [](py_handle& h, const torch::Tensor& buffer, int fd, std::int64_t file_offset) {
+                return h.start_on_descriptor(
+                    make_request(operation::write, buffer, file_offset, false, "async_pwrite"), fd);
+            },
+            "buffer"_a, "fd"_a, "file_offset"_a = 0)
+        .def("wait", &py_handle::wait,
+             "Waits for every pending request; returns how many (0 when none). Raises the first "
+             "failure after all have finished.")
+        .def(
+            "new_cpu_locked_tensor",
+            [](py_handle& h, std::int64_t num_elem, const torch::Tensor& example_tensor) {
+                const c10::ScalarType type = example_tensor.scalar_type();
+                py::gil_scoped_release unlocked;  // locking a large buffer takes a while
+                return h.pinned().allocate(num_elem, type);
+            },
+            "num_elem"_a, "example_tensor"_a)
+        .def(
+            "free_cpu_locked_tensor",
+            [](py_handle& h, const torch::Tensor& tensor) { return h.pinned().release(tensor); },
+            "tensor"_a)
+        .def(
+            "is_pinned",
+            [](py_handle& h, const torch::Tensor& buffer) {
+                return (buffer.is_cpu() && buffer.is_pinned()) || h.pinned().owns(buffer);
+            },
+            "buffer"_a)
+        .def("_locked_tensors", [](py_handle& h) { return h.pinned().live(); });
+}

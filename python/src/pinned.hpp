@@ -1,0 +1,103 @@
+#pragma once
+/// \file pinned.hpp
+/// DeepSpeed's `new_cpu_locked_tensor` / `free_cpu_locked_tensor`: tensors over page-aligned,
+/// page-locked `nvmeio::aligned_buffer`s, which O_DIRECT moves without a copy.
+///
+/// A tensor owns its memory: it is unlocked and freed when the last tensor viewing it goes, so
+/// `free_cpu_locked_tensor` can never leave a tensor pointing at freed memory (DeepSpeed's frees
+/// at once). What `free` does is disown the tensor: the handle forgets it, and it says whether
+/// the tensor was one of the handle's.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include <nvmeio/aligned_allocator.hpp>
+#include <nvmeio/error.hpp>
+
+#include <torch/types.h>
+
+namespace nvmeio_torch {
+
+/// The locked tensors one handle has handed out and not yet been given back.
+class pinned_registry {
+  public:
+    /// A tensor of `count` elements of `type` over fresh page-aligned memory, locked where the
+    /// kernel allows (RLIMIT_MEMLOCK); where it refuses, the memory is still page-aligned, so
+    /// transfers stay zero-copy: locking is what DeepSpeed's callers ask for, not what O_DIRECT
+    /// needs.
+    torch::Tensor allocate(std::int64_t count, c10::ScalarType type) {
+        if (count < 0) {
+            nvmeio::detail::throw_invalid(
+                "new_cpu_locked_tensor: num_elem must not be negative "
+                "(got " +
+                std::to_string(count) + ")");
+        }
+        const auto item = static_cast<std::size_t>(c10::elementSize(type));
+        if (static_cast<std::uint64_t>(count) > SIZE_MAX / item) {
+            nvmeio::detail::throw_invalid("new_cpu_locked_tensor: " + std::to_string(count) +
+                                          " elements of " + std::to_string(item) +
+                                          " bytes do not fit in memory");
+        }
+        const std::size_t bytes = static_cast<std::size_t>(count) * item;
+        auto memory = std::make_shared<nvmeio::aligned_buffer>();
+        try {
+            *memory = nvmeio::aligned_buffer(bytes, 4096, {false, false, true});
+        } catch (const nvmeio::io_error&) {  // mlock refused
+            *memory = nvmeio::aligned_buffer(bytes, 4096);
+        }
+        void* data = memory->data();
+        {
+            std::lock_guard<std::mutex> lock(state_->mutex);
+            state_->live[data] = bytes;
+        }
+        // The deleter may run on any thread; it touches only the registry and the memory.
+        std::shared_ptr<shared_state> state = state_;
+        return torch::from_blob(
+            data, {count},
+            [state, memory](void* p) mutable {
+                {
+                    std::lock_guard<std::mutex> lock(state->mutex);
+                    state->live.erase(p);
+                }
+                memory.reset();
+            },
+            torch::TensorOptions().dtype(type).device(torch::kCPU));
+    }
+
+    /// Disowns `tensor` when it is one of this handle's (viewed from its start); says whether.
+    bool release(const torch::Tensor& tensor) {
+        if (!tensor.defined() || !tensor.is_cpu()) return false;
+        std::lock_guard<std::mutex> lock(state_->mutex);
+        return state_->live.erase(tensor.storage().data()) != 0;
+    }
+
+    /// True when `tensor`'s bytes lie inside memory this handle handed out and still owns.
+    bool owns(const torch::Tensor& tensor) const {
+        if (!tensor.defined() || !tensor.is_cpu() || !tensor.has_storage()) return false;
+        const auto* p = static_cast<const std::byte*>(tensor.data_ptr());
+        std::lock_guard<std::mutex> lock(state_->mutex);
+        auto it = state_->live.upper_bound(p);
+        if (it == state_->live.begin()) return false;
+        --it;
+        const auto* base = static_cast<const std::byte*>(it->first);
+        return p + tensor.nbytes() <= base + it->second;
+    }
+
+    /// Tensors handed out and not released (for tests of leaks).
+    [[nodiscard]] std::size_t live() const {
+        std::lock_guard<std::mutex> lock(state_->mutex);
+        return state_->live.size();
+    }
+
+  private:
+    struct shared_state {
+        mutable std::mutex mutex;
+        std::map<const void*, std::size_t> live;  // base address -> bytes
+    };
+    std::shared_ptr<shared_state> state_ = std::make_shared<shared_state>();
+};
+
+}  // namespace nvmeio_torch

@@ -18,7 +18,7 @@ stages=("$@")
 configure_and_build() {  # dir flags standard [targets]
     local dir="$1" flags="$2" standard="$3" targets="${4:-nvmeio_tests}"
     cmake -S "$source_dir" -B "$dir" -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_STANDARD="$standard" \
-        -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF \
+        -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF -DNVMEIO_BUILD_PYTHON=OFF \
         -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
     # nvmeio_tests: every test program, without the header checks the normal build does.
     cmake --build "$dir" -j"$jobs" --target $targets

@@ -3,6 +3,8 @@
 #  - g++ C++17 (Release, -O3): everything built (tests, examples, tools), warnings as errors,
 #    every test run, among them tools_test and the example tests (which run every tool and
 #    example) and the packaging tests (which build consumer programs);
+#    the g++ build also builds nvmeio_torch (python/) where Torch and pybind11 are found, and
+#    its pytest suite runs as the ctest test python_tests; where they are not, this says so;
 #  - clang++ C++20 (-O1): every test program and every public header built with warnings as
 #    errors, every test run but the packaging ones (the examples and tools are thin clients of
 #    the same headers; building them is half of a tree's compile time, and they are built and
@@ -52,11 +54,17 @@ run_tests() {  # dir [ctest args...]
 }
 
 timed "g++ C++17 build" build build-test-g++-17 g++ 17 Release all
+if grep -q '^NVMEIO_BUILD_PYTHON:BOOL=ON' build-test-g++-17/CMakeCache.txt; then
+  echo "nvmeio: nvmeio_torch built; its pytest suite runs as python_tests"
+else
+  echo "nvmeio: Python part SKIPPED: nvmeio_torch was not built (it needs Torch and pybind11:" \
+    "python3-torch libtorch-dev pybind11-dev python3-pytest); the C++ suite runs without it"
+fi
 timed "g++ C++17 tests" run_tests build-test-g++-17
 timed "clang++ C++20 build" build build-test-clang++-20 clang++ 20 None all -DCMAKE_CXX_FLAGS=-O1 \
-  -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF
+  -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF -DNVMEIO_BUILD_PYTHON=OFF
 timed "clang++ C++20 tests" run_tests build-test-clang++-20 -LE packaging
 timed "clang++ C++17 compile check" build build-test-clang++-17 clang++ 17 None "header_check strategy_test batch_test" \
-  -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF
+  -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF -DNVMEIO_BUILD_PYTHON=OFF
 scripts/sanitize.sh
 echo "nvmeio: all test runs passed"

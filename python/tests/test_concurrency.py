@@ -1,0 +1,206 @@
+"""The GIL is released while I/O runs; several handles and threads at once; fork refuses."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+import nvmeio_torch
+from conftest import file_bytes, random_bytes
+
+BIG = 256 << 20  # long enough that a Python thread gets many turns while it moves
+
+
+def progress_during(call):
+    """Runs `call` while a Python thread counts; returns (result, seconds the counter ran during
+    the call at the rate it counted before, seconds the call took). A call holding the GIL lets
+    the counter run one switch interval at most."""
+    state = {"run": True, "count": 0}
+
+    def spin():
+        while state["run"]:
+            state["count"] += 1
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        start_count, start = state["count"], time.monotonic()
+        time.sleep(0.1)  # the main thread sleeps without the GIL: the counter's own rate
+        rate = (state["count"] - start_count) / (time.monotonic() - start)
+        before, started = state["count"], time.monotonic()
+        result = call()
+        elapsed = time.monotonic() - started
+        ran = (state["count"] - before) / rate
+    finally:
+        state["run"] = False
+        t.join()
+        sys.setswitchinterval(old_interval)
+    return result, ran, elapsed
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory):
+    base = os.environ.get("NVMEIO_TORCH_TEST_DIR") or str(tmp_path_factory.mktemp("big"))
+    os.makedirs(base, exist_ok=True)
+    path = os.path.join(base, f"big_{os.getpid()}.bin")
+    h = nvmeio_torch.aio_handle(1 << 20, 8, False, True, 2)
+    assert h.sync_pwrite(random_bytes(BIG), path) == 1
+    yield path
+    os.unlink(path)
+
+
+@pytest.mark.parametrize("how", ["sync_pread", "wait", "pread"])
+def test_another_python_thread_runs_while_a_long_read_moves(big_file, how):
+    # The handle moves 1 block at a time so that the read takes a while whatever the disk.
+    h = nvmeio_torch.aio_handle(64 << 10, 1, True, False, 1)
+    buffer = h.new_cpu_locked_tensor(BIG, torch.empty(0, dtype=torch.uint8))
+    if how == "sync_pread":
+        call = lambda: h.sync_pread(buffer, big_file)
+    elif how == "pread":
+        call = lambda: h.pread(buffer, big_file, False, False)
+    else:
+        call = lambda: h.async_pread(buffer, big_file) + h.wait()
+    result, ran, elapsed = progress_during(call)
+    assert result == 1
+    # With the GIL held the counter would stand still for the whole call.
+    assert elapsed > 0.05
+    assert ran > 0.3 * elapsed, (ran, elapsed)
+
+
+def test_destroying_a_handle_with_a_pending_read_releases_the_gil(big_file):
+    h = nvmeio_torch.aio_handle(64 << 10, 1, True, False, 1)
+    buffer = torch.empty(BIG, dtype=torch.uint8)
+    assert h.async_pread(buffer, big_file) == 0
+
+    def destroy():
+        nonlocal h
+        del h
+
+    _, ran, elapsed = progress_during(destroy)
+    assert elapsed > 0.05
+    assert ran > 0.3 * elapsed, (ran, elapsed)
+    assert torch.equal(buffer[:4096], file_bytes(big_file)[:4096])  # it finished first
+
+
+def test_several_handles_from_several_threads_at_once(workdir, backend):
+    errors = []
+
+    def worker(index):
+        try:
+            h = nvmeio_torch.aio_handle(64 << 10, 8, index % 2 == 0, True, 1 + index % 3,
+                                        backend=backend)
+            for round in range(10):
+                data = random_bytes(100000 + 4097 * index + round, seed=index * 100 + round)
+                path = os.path.join(workdir, f"t{index}_{round}.bin")
+                assert h.async_pwrite(data, path) == 0
+                assert h.wait() == 1
+                back = torch.zeros_like(data)
+                assert h.sync_pread(back, path) == 1
+                assert torch.equal(back, data)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_one_handle_shared_by_threads_counts_each_callers_requests(workdir):
+    h = nvmeio_torch.aio_handle(64 << 10, 8, False, True, 2)
+    errors = []
+    data = random_bytes(300000)
+
+    def worker(index):
+        try:
+            for round in range(20):
+                path = os.path.join(workdir, f"s{index}_{round % 3}.bin")
+                assert h.sync_pwrite(data, path) == 1
+                back = torch.zeros_like(data)
+                assert h.sync_pread(back, path) == 1
+                assert torch.equal(back, data)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_tensors_dropped_by_python_while_pending_stay_alive_until_wait(workdir):
+    h = nvmeio_torch.aio_handle(64 << 10, 4, False, True, 2)
+    data = random_bytes(4 << 20)
+    path = os.path.join(workdir, "f.bin")
+    for _ in range(5):
+        assert h.async_pwrite(data.clone(), path) == 0  # the only reference is the handle's
+        import gc
+        gc.collect()
+        assert h.wait() == 1
+        assert torch.equal(file_bytes(path), data)
+
+
+def test_a_handle_used_in_a_child_after_fork_refuses_clearly(workdir):
+    h = nvmeio_torch.aio_handle(4096, 4, False, True, 2)
+    path = os.path.join(workdir, "f.bin")
+    data = random_bytes(10000)
+    assert h.sync_pwrite(data, path) == 1
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what happened through the pipe, never raise
+        os.close(read)
+        try:
+            outcomes = []
+            for call in (lambda: h.sync_pread(torch.zeros(10, dtype=torch.uint8), path),
+                         lambda: h.async_pwrite(data, path), h.wait):
+                try:
+                    call()
+                    outcomes.append("ran")
+                except RuntimeError as e:
+                    outcomes.append("fork" if "after fork" in str(e) else "other")
+                except BaseException:
+                    outcomes.append("other")
+            fresh = nvmeio_torch.aio_handle(4096, 4, False, True, 2)
+            back = torch.zeros_like(data)
+            outcomes.append("fresh" if fresh.sync_pread(back, path) == 1 and torch.equal(back, data)
+                            else "bad")
+            del fresh
+        finally:
+            os.write(write, ",".join(outcomes).encode())
+            os._exit(0)  # destroys nothing; the inherited handle is abandoned
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(read, 1000).decode()
+    os.close(read)
+    assert status == 0
+    assert report == "fork,fork,fork,fresh"
+    assert h.sync_pread(torch.zeros(10, dtype=torch.uint8), path) == 1  # the parent's still works
+
+
+def test_destroying_an_inherited_handle_in_a_child_is_harmless(workdir):
+    code = f"""
+import os, torch, nvmeio_torch
+h = nvmeio_torch.aio_handle(4096, 4, False, True, 2)
+h.sync_pwrite(torch.ones(5000, dtype=torch.uint8), {os.path.join(workdir, 'g.bin')!r})
+pid = os.fork()
+if pid == 0:
+    del h          # in the child: must neither hang nor crash
+    os._exit(7)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+print("parent", h.wait())
+"""
+    out = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True,
+                         env=os.environ, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "child 7" in out.stdout and "parent 0" in out.stdout

@@ -1,0 +1,175 @@
+"""Every failure raises a precise Python exception and leaves the handle usable."""
+
+import errno
+import os
+import subprocess
+import tempfile
+
+import pytest
+import torch
+
+import nvmeio_torch
+from conftest import file_bytes, random_bytes, write_file
+
+
+def still_usable(h, workdir):
+    data = random_bytes(5000, seed=9)
+    path = os.path.join(workdir, "after.bin")
+    assert h.sync_pwrite(data, path) == 1
+    back = torch.zeros_like(data)
+    assert h.sync_pread(back, path) == 1
+    assert torch.equal(back, data)
+    assert h.wait() == 0
+
+
+def test_missing_file_raises_file_not_found_naming_it(workdir, backend):
+    h = nvmeio_torch.aio_handle(4096, 4, False, True, 2, backend=backend)
+    path = os.path.join(workdir, "missing.bin")
+    for call in (lambda: h.sync_pread(torch.zeros(10, dtype=torch.uint8), path),
+                 lambda: h.async_pread(torch.zeros(10, dtype=torch.uint8), path)):
+        with pytest.raises(FileNotFoundError) as info:
+            call()
+        assert info.value.errno == errno.ENOENT
+        assert info.value.filename == path
+        assert "open" in str(info.value)
+    still_usable(h, workdir)
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_read_past_the_end_raises_naming_file_offset_and_where_it_ends(workdir, backend, is_async):
+    h = nvmeio_torch.aio_handle(4096, 4, False, True, 2, backend=backend)
+    path = os.path.join(workdir, "short.bin")
+    write_file(path, random_bytes(10000))
+    buffer = torch.zeros(8192, dtype=torch.uint8)
+    with pytest.raises(OSError) as info:
+        if is_async:
+            assert h.async_pread(buffer, path, 4096) == 0
+            h.wait()
+        else:
+            h.sync_pread(buffer, path, 4096)
+    e = info.value
+    assert e.errno == errno.ENODATA and e.filename == path
+    assert "offset 4096" in str(e) and "8192 bytes" in str(e) and "ends at byte 10000" in str(e)
+    still_usable(h, workdir)
+
+
+def test_wait_raises_the_first_failure_after_every_request_finished(workdir):
+    h = nvmeio_torch.aio_handle(4096, 4, False, True, 1)
+    good = os.path.join(workdir, "good.bin")
+    short = os.path.join(workdir, "short.bin")
+    write_file(short, random_bytes(100))
+    data = random_bytes(50000)
+    out = os.path.join(workdir, "out.bin")
+    assert h.async_pread(torch.zeros(1000, dtype=torch.uint8), short) == 0
+    assert h.async_pwrite(data, out) == 0
+    with pytest.raises(OSError, match="short.bin"):
+        h.wait()
+    assert torch.equal(file_bytes(out), data)  # the request after the failure still ran
+    assert h.wait() == 0
+
+
+def test_bad_tensors_raise_value_or_type_errors(workdir):
+    h = nvmeio_torch.aio_handle()
+    path = os.path.join(workdir, "f.bin")
+    write_file(path, random_bytes(4096))
+    with pytest.raises(ValueError, match="not contiguous"):
+        h.sync_pread(torch.zeros(64, 64, dtype=torch.uint8)[:, 0], path)
+    with pytest.raises(ValueError, match="CPU tensors only"):
+        h.async_pwrite(torch.zeros(8, device="meta"), path)
+    with pytest.raises(ValueError, match="file_offset must not be negative"):
+        h.sync_pread(torch.zeros(8, dtype=torch.uint8), path, -4096)
+    with pytest.raises(TypeError):
+        h.sync_pread(bytearray(8), path)
+    with pytest.raises(TypeError):
+        h.sync_pread(torch.zeros(8), 42)
+    assert h.wait() == 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(block_size=0), "block_size"), (dict(queue_depth=0), "queue_depth"),
+    (dict(queue_depth=-5), "queue_depth"), (dict(intra_op_parallelism=0), "intra_op_parallelism"),
+    (dict(block_size=1 << 62), "block_size"), (dict(backend="spdk"), "backend"),
+])
+def test_silly_constructor_values_raise_value_error_naming_them(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        nvmeio_torch.aio_handle(**kwargs)
+
+
+def test_closed_descriptor_raises_ebadf(workdir):
+    h = nvmeio_torch.aio_handle(4096, 4, True, True, 2)
+    fd = os.open(os.path.join(workdir, "f.bin"), os.O_CREAT | os.O_WRONLY)
+    os.close(fd)
+    with pytest.raises(OSError) as info:
+        h.async_pwrite(torch.zeros(4096, dtype=torch.uint8), fd, 0)
+    assert info.value.errno == errno.EBADF
+    assert f"descriptor {fd}" in str(info.value)
+    with pytest.raises(OSError):
+        h.async_pwrite(torch.zeros(8, dtype=torch.uint8), -1, 0)
+    assert h.wait() == 0
+
+
+def test_write_through_a_descriptor_names_its_file_on_failure(workdir):
+    h = nvmeio_torch.aio_handle(4096, 4, True, True, 2)
+    path = os.path.join(workdir, "f.bin")
+    fd = os.open(path, os.O_DIRECT | os.O_CREAT | os.O_WRONLY)
+    try:
+        data = random_bytes(10000)
+        assert h.async_pwrite(data, fd, 4096) == 0
+        assert h.wait() == 1
+        assert torch.equal(file_bytes(path)[4096:], data)
+    finally:
+        os.close(fd)
+
+
+def test_a_file_too_large_for_the_limit_raises_efbig_and_keeps_what_was_there(workdir):
+    # RLIMIT_FSIZE stands in for a full disk without root; disk full proper is below.
+    path = os.path.join(workdir, "f.bin")
+    old = random_bytes(8192)
+    write_file(path, old)
+    code = f"""
+import os, resource, signal, torch, nvmeio_torch
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+h = nvmeio_torch.aio_handle(4096, 4, False, True, 2)
+try:
+    h.sync_pwrite(torch.ones(1 << 20, dtype=torch.uint8), {path!r}, 0)
+except OSError as e:
+    print("errno", e.errno, e.filename == {path!r}, "offset" in str(e))
+print("wait", h.wait())
+"""
+    out = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True,
+                         env=os.environ, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"errno {errno.EFBIG} True True" in out.stdout
+    assert "wait 0" in out.stdout
+
+
+def test_disk_full_raises_enospc_naming_the_file(workdir):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a 1 MiB tmpfs as a full disk")
+    mount = tempfile.mkdtemp(dir=workdir)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount], check=True)
+    try:
+        h = nvmeio_torch.aio_handle(4096, 4, False, True, 2)
+        path = os.path.join(mount, "full.bin")
+        with pytest.raises(OSError) as info:
+            h.sync_pwrite(torch.ones(4 << 20, dtype=torch.uint8), path)
+        assert info.value.errno == errno.ENOSPC and info.value.filename == path
+        assert h.wait() == 0
+    finally:
+        subprocess.run(["umount", mount], check=True)
+
+
+def test_validate_passes_on_equal_bytes_for_every_method_that_takes_it(workdir):
+    h = nvmeio_torch.aio_handle(4096, 4, False, True, 2)
+    path = os.path.join(workdir, "f.bin")
+    data = random_bytes(30000)
+    assert h.write(data, path, True) == 0
+    assert h.pwrite(data, path, True, False) == 1
+    back = torch.zeros_like(data)
+    assert h.read(back, path, True) == 0
+    assert torch.equal(back, data)
+    back.zero_()
+    assert h.pread(back, path, True, True) == 0
+    assert h.wait() == 1
+    assert torch.equal(back, data)

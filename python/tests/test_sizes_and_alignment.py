@@ -1,0 +1,97 @@
+"""Any size, any offset, buffers aligned only to 1 KiB or not at all: exact bytes, both backends."""
+
+import os
+
+import pytest
+import torch
+
+import nvmeio_torch
+from conftest import file_bytes, random_bytes, write_file
+
+SIZES = [1, 511, 512, 1023, 4096, 4097, 65536 + 3, 1 << 20, (1 << 20) + 4095, 3 * (1 << 20) + 1]
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_sizes_not_divisible_by_the_parallelism_move_exactly(workdir, backend, parallelism):
+    h = nvmeio_torch.aio_handle(64 * 1024, 8, False, True, parallelism, backend=backend)
+    path = os.path.join(workdir, "f.bin")
+    for n in SIZES:
+        data = random_bytes(n, seed=n)
+        assert h.async_pwrite(data, path, 0) == 0
+        assert h.wait() == 1
+        back = torch.zeros(n, dtype=torch.uint8)
+        assert h.sync_pread(back, path, 0) == 1
+        assert torch.equal(back, data), n
+    os.truncate(path, 0)
+
+
+def test_narrowed_views_aligned_to_1_kib_as_swap_tensor_makes_them(workdir, backend):
+    h = nvmeio_torch.aio_handle(1 << 20, 16, False, True, 2, backend=backend)
+    arena = h.new_cpu_locked_tensor(8 << 20, torch.empty(0, dtype=torch.uint8))
+    source = random_bytes(8 << 20)
+    arena.copy_(source)
+    path = os.path.join(workdir, "f.bin")
+    pieces = [(1024, 3 << 20), (5 << 20, 1024 * 7 + 1), (7 << 20, 333)]
+    for start, n in pieces:
+        view = torch.narrow(arena, 0, start, n)
+        assert view.data_ptr() % 4096 != 0 or start % 4096 == 0
+        assert h.sync_pwrite(view, path, start) == 1
+    on_disk = file_bytes(path)
+    for start, n in pieces:
+        assert torch.equal(on_disk[start:start + n], source[start:start + n])
+    target = torch.zeros(8 << 20, dtype=torch.uint8)
+    for start, n in pieces:
+        assert h.async_pread(torch.narrow(target, 0, start + 64, n), path, start) == 0
+    assert h.wait() == len(pieces)
+    for start, n in pieces:
+        assert torch.equal(target[start + 64:start + 64 + n], source[start:start + n])
+
+
+@pytest.mark.parametrize("offset", [0, 1, 511, 512, 1000, 4096 + 7])
+def test_any_offset_reads_and_writes_exactly(workdir, backend, offset):
+    h = nvmeio_torch.aio_handle(4096, 4, False, True, 2, backend=backend)
+    path = os.path.join(workdir, "f.bin")
+    old = random_bytes(200000, seed=3)
+    write_file(path, old)
+    data = random_bytes(50001, seed=4)
+    assert h.sync_pwrite(data, path, offset) == 1
+    expected = old.clone()
+    expected[offset:offset + len(data)] = data
+    assert torch.equal(file_bytes(path), expected)
+    back = torch.zeros(len(data), dtype=torch.uint8)
+    assert h.sync_pread(back, path, offset) == 1
+    assert torch.equal(back, data)
+
+
+def test_a_write_past_the_end_leaves_the_file_exactly_that_long(workdir, backend):
+    h = nvmeio_torch.aio_handle(4096, 4, False, True, 2, backend=backend)
+    path = os.path.join(workdir, "f.bin")
+    data = random_bytes(12345)
+    assert h.sync_pwrite(data, path, 100000) == 1
+    assert os.path.getsize(path) == 100000 + 12345
+    assert torch.equal(file_bytes(path)[100000:], data)
+
+
+def test_files_on_tmpfs_fall_back_to_buffered_io():
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm on this machine")
+    h = nvmeio_torch.aio_handle(4096, 4, False, True, 2)
+    path = f"/dev/shm/nvmeio_torch_{os.getpid()}.bin"
+    try:
+        data = random_bytes(99999)
+        assert h.sync_pwrite(data, path) == 1
+        back = torch.zeros_like(data)
+        assert h.sync_pread(back, path) == 1
+        assert torch.equal(back, data)
+    finally:
+        os.unlink(path)
+
+
+def test_a_block_size_off_the_files_alignment_still_moves_exact_bytes(workdir):
+    h = nvmeio_torch.aio_handle(1000, 4, False, True, 2)  # not a multiple of any sector
+    path = os.path.join(workdir, "f.bin")
+    data = random_bytes(77777)
+    assert h.sync_pwrite(data, path) == 1
+    back = torch.zeros_like(data)
+    assert h.sync_pread(back, path) == 1
+    assert torch.equal(back, data)

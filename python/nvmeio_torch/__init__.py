@@ -19,23 +19,27 @@ during every I/O, ``wait()`` and the destructor; writes never truncate a file.
 """
 
 from . import _C
-from ._C import aio_handle, aio_read, aio_write, deepspeed_memcpy
+from ._C import aio_handle, aio_read, aio_write, deepspeed_memcpy, pin_handle
 
-__all__ = ["aio_handle", "aio_read", "aio_write", "deepspeed_memcpy", "use_in_deepspeed"]
+__all__ = ["aio_handle", "aio_read", "aio_write", "deepspeed_memcpy", "pin_handle",
+           "use_in_deepspeed"]
 __version__ = _C.nvmeio_version
 io_uring_available = _C.io_uring_available
 
-_BUILDER_MODULES = ("deepspeed.ops.op_builder", "deepspeed.ops.aio", "deepspeed.ops.op_builder.async_io")
+_BUILDER_MODULES = ("deepspeed.ops.op_builder", "deepspeed.ops.aio",
+                    "deepspeed.ops.op_builder.async_io", "deepspeed.ops.op_builder.pin_memory")
+_BUILDERS = ("AsyncIOBuilder", "PinMemoryBuilder")  # DeepSpeed's ops this module stands in for
 
 
 def use_in_deepspeed():
-    """Makes DeepSpeed's ``AsyncIOBuilder().load()`` return this module.
+    """Makes DeepSpeed's ``AsyncIOBuilder().load()`` (and ``PinMemoryBuilder().load()``, whose
+    ``pin_handle`` shares the locked tensors) return this module.
 
-    Every ``AsyncIOBuilder`` class DeepSpeed can hand out (``deepspeed.ops.op_builder``,
+    Every such builder class DeepSpeed can hand out (``deepspeed.ops.op_builder``,
     ``deepspeed.ops.aio`` and the accelerator's op builder) gets a ``load`` that returns
     nvmeio_torch and an ``is_compatible`` that says yes, and ``deepspeed.ops.__compatible_ops__``
-    marks async I/O usable. Call it before DeepSpeed creates its first handle. Returns the
-    classes it switched; raises ImportError when DeepSpeed cannot be imported.
+    marks the ops usable. Call it before DeepSpeed creates its first handle. Returns the classes
+    it switched; raises ImportError when DeepSpeed cannot be imported.
     """
     import importlib
     import sys
@@ -46,15 +50,17 @@ def use_in_deepspeed():
             module = importlib.import_module(name)
         except ImportError:
             continue
-        builder = getattr(module, "AsyncIOBuilder", None)
-        if builder is not None and builder not in classes:
-            classes.append(builder)
+        for name in _BUILDERS:
+            builder = getattr(module, name, None)
+            if builder is not None and builder not in classes:
+                classes.append(builder)
     try:
         from deepspeed.accelerator import get_accelerator
 
-        builder = get_accelerator().get_op_builder("AsyncIOBuilder")
-        if builder is not None and builder not in classes:
-            classes.append(builder)
+        for name in _BUILDERS:
+            builder = get_accelerator().get_op_builder(name)
+            if builder is not None and builder not in classes:
+                classes.append(builder)
     except (ImportError, AttributeError, ValueError):
         pass
     if not classes:

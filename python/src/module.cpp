@@ -53,7 +53,7 @@ std::unique_ptr<request> make_request(nvmeio::operation op, const torch::Tensor&
     return r;
 }
 
-// A Python handle: the C++ handle plus the locked tensors it handed out.
+// A Python handle: the C++ handle, with the GIL released where it blocks.
 class py_handle {
   public:
     explicit py_handle(handle_settings s) : handle_(std::move(s)) {}
@@ -96,10 +96,7 @@ class py_handle {
         return handle_.wait(released);
     }
 
-    pinned_registry& pinned() { return pinned_; }
-
   private:
-    pinned_registry pinned_;  // outlives handle_: pending requests may view its tensors
     aio_handle handle_;
 };
 
@@ -154,6 +151,38 @@ int one_shot(nvmeio::operation op, const torch::Tensor& buffer, const std::strin
     return 0;
 }
 
+// DeepSpeed's pin_handle: the locked-tensor methods alone.
+struct pin_handle {};
+
+// new_cpu_locked_tensor, free_cpu_locked_tensor, is_pinned: the process-wide registry's, on
+// both handle classes.
+template <class Class>
+void def_locked_tensors(Class& c) {
+    using self = typename Class::type;
+    c.def(
+         "new_cpu_locked_tensor",
+         [](self&, std::int64_t num_elem, const torch::Tensor& example_tensor) {
+             const c10::ScalarType type = example_tensor.scalar_type();
+             py::gil_scoped_release unlocked;  // locking a large buffer takes a while
+             return pinned_registry::shared().allocate(num_elem, type);
+         },
+         "num_elem"_a, "example_tensor"_a)
+        .def(
+            "free_cpu_locked_tensor",
+            [](self&, const torch::Tensor& tensor) {
+                return pinned_registry::shared().release(tensor);
+            },
+            "tensor"_a)
+        .def(
+            "is_pinned",
+            [](self&, const torch::Tensor& buffer) {
+                return (buffer.is_cpu() && buffer.is_pinned()) ||
+                       pinned_registry::shared().owns(buffer);
+            },
+            "buffer"_a)
+        .def("_locked_tensors", [](self&) { return pinned_registry::shared().live(); });
+}
+
 }  // namespace
 }  // namespace nvmeio_torch
 
@@ -201,7 +230,8 @@ PYBIND11_MODULE(_C, m) {
         },
         "Copies src into dest (same number of bytes); returns 0.", "dest"_a, "src"_a);
 
-    py::class_<py_handle>(m, "aio_handle")
+    py::class_<py_handle> handle(m, "aio_handle");
+    handle
         .def(py::init([](std::int64_t block_size, std::int64_t queue_depth, bool single_submit,
                          bool overlap_events, std::int64_t intra_op_parallelism,
                          std::string backend) {
@@ -305,24 +335,11 @@ PYBIND11_MODULE(_C, m) {
             "buffer"_a, "fd"_a, "file_offset"_a = 0)
         .def("wait", &py_handle::wait,
              "Waits for every pending request; returns how many (0 when none). Raises the first "
-             "failure after all have finished.")
-        .def(
-            "new_cpu_locked_tensor",
-            [](py_handle& h, std::int64_t num_elem, const torch::Tensor& example_tensor) {
-                const c10::ScalarType type = example_tensor.scalar_type();
-                py::gil_scoped_release unlocked;  // locking a large buffer takes a while
-                return h.pinned().allocate(num_elem, type);
-            },
-            "num_elem"_a, "example_tensor"_a)
-        .def(
-            "free_cpu_locked_tensor",
-            [](py_handle& h, const torch::Tensor& tensor) { return h.pinned().release(tensor); },
-            "tensor"_a)
-        .def(
-            "is_pinned",
-            [](py_handle& h, const torch::Tensor& buffer) {
-                return (buffer.is_cpu() && buffer.is_pinned()) || h.pinned().owns(buffer);
-            },
-            "buffer"_a)
-        .def("_locked_tensors", [](py_handle& h) { return h.pinned().live(); });
+             "failure after all have finished.");
+    nvmeio_torch::def_locked_tensors(handle);
+
+    // DeepSpeed's pin_memory op: the locked tensors without I/O.
+    py::class_<nvmeio_torch::pin_handle> pin(m, "pin_handle");
+    pin.def(py::init<>());
+    nvmeio_torch::def_locked_tensors(pin);
 }

@@ -3,10 +3,13 @@
 /// DeepSpeed's `new_cpu_locked_tensor` / `free_cpu_locked_tensor`: tensors over page-aligned,
 /// page-locked `nvmeio::aligned_buffer`s, which O_DIRECT moves without a copy.
 ///
+/// As DeepSpeed's, the registry is process-wide: a tensor one handle (or `pin_handle`) hands out
+/// is recognised, and may be freed, by every other.
+///
 /// A tensor owns its memory: it is unlocked and freed when the last tensor viewing it goes, so
 /// `free_cpu_locked_tensor` can never leave a tensor pointing at freed memory (DeepSpeed's frees
-/// at once). What `free` does is disown the tensor: the handle forgets it, and it says whether
-/// the tensor was one of the handle's.
+/// at once). What `free` does is disown the tensor: the registry forgets it, and it says whether
+/// the tensor was one it handed out.
 
 #include <cstddef>
 #include <cstdint>
@@ -21,9 +24,15 @@
 
 namespace nvmeio_torch {
 
-/// The locked tensors one handle has handed out and not yet been given back.
+/// The locked tensors handed out and not yet given back.
 class pinned_registry {
   public:
+    /// The process's registry (shared by every handle, as DeepSpeed's pinned-tensor manager).
+    static pinned_registry& shared() {
+        static pinned_registry* registry = new pinned_registry;  // never destroyed: deleters of
+        return *registry;  // tensors that outlive the interpreter's teardown may still call it
+    }
+
     /// A tensor of `count` elements of `type` over fresh page-aligned memory, locked where the
     /// kernel allows (RLIMIT_MEMLOCK); where it refuses, the memory is still page-aligned, so
     /// transfers stay zero-copy: locking is what DeepSpeed's callers ask for, not what O_DIRECT

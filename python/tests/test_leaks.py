@@ -52,6 +52,7 @@ def test_handles_created_and_destroyed_leave_no_descriptor_or_thread(workdir, ba
 def test_locked_tensors_release_their_pages(workdir):
     h = nvmeio_torch.aio_handle()
     base = locked_kib()
+    live = h._locked_tensors()
     t = h.new_cpu_locked_tensor(16 << 20, torch.empty(0, dtype=torch.uint8))
     locking_works = locked_kib() >= base + (16 << 10)
     del t
@@ -64,19 +65,23 @@ def test_locked_tensors_release_their_pages(workdir):
         assert h.free_cpu_locked_tensor(t) is True
         assert h.free_cpu_locked_tensor(t) is False  # once only
         del t
-    assert h._locked_tensors() == 0
+    assert h._locked_tensors() == live
     assert locked_kib() == base
     # where the kernel refuses to lock (RLIMIT_MEMLOCK), the tensors are aligned but not locked
     assert locking_works or os.geteuid() != 0
 
 
-def test_free_reports_whether_the_tensor_was_the_handles():
+def test_locked_tensors_are_shared_by_every_handle_as_deepspeeds_are():
     a = nvmeio_torch.aio_handle()
     b = nvmeio_torch.aio_handle()
+    pin = nvmeio_torch.pin_handle()
     t = a.new_cpu_locked_tensor(4096, torch.empty(0, dtype=torch.uint8))
-    assert b.free_cpu_locked_tensor(t) is False
+    u = pin.new_cpu_locked_tensor(4096, torch.empty(0, dtype=torch.float32))
+    assert b.is_pinned(t) and pin.is_pinned(t) and a.is_pinned(u) and a.is_pinned(u[100:200])
     assert a.free_cpu_locked_tensor(torch.zeros(4096, dtype=torch.uint8)) is False
-    assert a.free_cpu_locked_tensor(t) is True
+    assert b.free_cpu_locked_tensor(t) is True
+    assert a.free_cpu_locked_tensor(t) is False  # once only, whichever handle frees it
+    assert pin.free_cpu_locked_tensor(u) is True
     # a tensor outliving its free keeps its memory: reading and writing it is safe
     t.fill_(7)
     assert int(t.sum()) == 7 * 4096

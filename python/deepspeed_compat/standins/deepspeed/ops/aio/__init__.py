@@ -1,0 +1,1 @@
+from ..op_builder import AsyncIOBuilder  # noqa: F401

@@ -45,7 +45,7 @@ function(install_nvmeio)
   run("${CMAKE_COMMAND}" -S "${NVMEIO_SOURCE_DIR}" -B "${WORK_DIR}/nvmeio-build" -G "${GENERATOR}"
       "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix"
       -DNVMEIO_BUILD_TESTS=OFF -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF
-      ${NVMEIO_OPTIONS})
+      -DNVMEIO_BUILD_PYTHON=OFF ${NVMEIO_OPTIONS})
   run("${CMAKE_COMMAND}" --install "${WORK_DIR}/nvmeio-build")
 endfunction()
 

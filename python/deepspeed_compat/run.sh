@@ -18,17 +18,12 @@ python=/usr/bin/python3
 scratch=$(mktemp -d)
 folder="${3:-$scratch/io}"
 trap 'rm -rf "$scratch"' EXIT
-mkdir -p "$folder" "$scratch/tests"
+mkdir -p "$folder"
 
-cp -r "$here/standins/." "$scratch/"
-cp -r "$ds/deepspeed/nvme" "$ds/deepspeed/io" "$scratch/deepspeed/"
-tests=$(ls -d "$ds"/tests/unit/v1/nvme "$ds"/tests/unit/ops/aio 2>/dev/null | head -1 || true)
-[ -n "$tests" ] || { echo "run.sh: no aio tests under $ds/tests/unit" >&2; exit 2; }
-cp "$tests"/test_aio.py "$tests"/test_aio_gil.py "$tests"/test_pinned_manager.py "$scratch/tests/" \
-  2>/dev/null || true
+tests=$("$python" "$here/tree.py" "$ds" "$scratch")
 export PYTHONPATH="$scratch:$build/python"
 
-echo "== DeepSpeed's ${tests#$ds/}: $(cd "$scratch/tests" && echo test_*.py)"
+echo "== DeepSpeed's $tests: $(cd "$scratch/tests" && echo test_*.py)"
 (cd "$scratch/tests" && "$python" -m pytest -q -p no:cacheprovider -rs test_*.py)
 
 echo "== DeepSpeed's ds_io: 64 MiB, 1 MiB x 32, io_parallel 1 and 2, write then read, validated"

@@ -60,8 +60,8 @@ def layout(sd):
     entries, offset = [], 0
     for name, t in sd.items():
         entries.append({"name": name, "dtype": str(t.dtype).split(".")[1], "shape": list(t.shape),
-                        "offset": offset, "bytes": t.nbytes})
-        offset += (t.nbytes + ALIGN - 1) // ALIGN * ALIGN
+                        "offset": offset, "bytes": t.numel() * t.element_size()})
+        offset += (entries[-1]["bytes"] + ALIGN - 1) // ALIGN * ALIGN
     header = json.dumps(entries).encode()
     data_start = (len(MAGIC) + 8 + len(header) + ALIGN - 1) // ALIGN * ALIGN
     return header, data_start, offset, entries

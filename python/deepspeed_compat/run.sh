@@ -26,6 +26,9 @@ export PYTHONPATH="$scratch:$build/python"
 echo "== DeepSpeed's $tests: $(cd "$scratch/tests" && echo test_*.py)"
 (cd "$scratch/tests" && "$python" -m pytest -q -p no:cacheprovider -rs test_*.py)
 
+echo "== DeepSpeed's FastFileWriter (FastPersist): torch.save through the handle, torch.load back"
+(cd "$scratch" && "$python" "$here/fast_persist_check.py" "$folder")
+
 echo "== DeepSpeed's ds_io: 64 MiB, 1 MiB x 32, io_parallel 1 and 2, write then read, validated"
 for parallel in 1 2; do
   for op in "" --read; do
@@ -33,4 +36,4 @@ for parallel in 1 2; do
       --queue_depth 32 --io_parallel "$parallel" --loops 2 --validate $op) | grep -E 'Speed|Error|rror'
   done
 done
-echo "nvmeio_torch: DeepSpeed's tests and ds_io passed"
+echo "deepspeed_compat: DeepSpeed's tests, FastFileWriter and ds_io passed"

@@ -96,6 +96,15 @@ class GDSBuilder(OpBuilder):
 
 
 class _Utils:
+    """DeepSpeed's utils op: flatten/unflatten and its byte view of tensors."""
+
+    @staticmethod
+    def cast_to_byte_tensor(src):
+        import torch
+        if isinstance(src, (list, tuple)):
+            return [_Utils.cast_to_byte_tensor(t) for t in src]
+        return src.contiguous().reshape(-1).view(torch.uint8)
+
     @staticmethod
     def flatten(tensors):
         from torch._utils import _flatten_dense_tensors

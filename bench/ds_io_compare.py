@@ -29,8 +29,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "python", "deepspeed_compat"))
+sys.path[:0] = [os.path.join(ROOT, "python", "deepspeed_compat"), os.path.join(ROOT, "support")]
 import tree  # noqa: E402
+from measure import drop_caches, median_ratio  # noqa: E402
 
 GiB = 1 << 30
 
@@ -54,16 +55,6 @@ assert h.wait() == 1
 seconds, cpu_seconds = time.perf_counter() - t0, cpu() - cpu0
 print(json.dumps({"seconds": seconds, "cpu": cpu_seconds, "module": type(h).__module__}))
 """
-
-
-def drop_caches():
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def run_process(command, env=None):
@@ -179,15 +170,13 @@ def report(runs, names, cold):
     for op in ("write", "read"):
         for parallel in sorted({r["parallel"] for r in runs}):
             cell = [r for r in runs if r["op"] == op and r["parallel"] == parallel]
-            rounds = sorted({r["round"] for r in cell})
 
             def per_round(name, key):
                 return {r["round"]: r[key] for r in cell if r["method"] == name}
 
             def ratio(a, b, key):  # median of the per-round ratios (pairs from one round)
-                x, y = per_round(a, key), per_round(b, key)
-                values = [x[i] / y[i] for i in rounds if i in x and i in y and y[i] > 0]
-                return f"{statistics.median(values):9.2f}" if values else f"{'':9}"
+                value = median_ratio(per_round(a, key), per_round(b, key))
+                return f"{value:9.2f}" if value is not None else f"{'':9}"
 
             for name in names:
                 rate = statistics.median(per_round(name, "gib_per_s").values())

@@ -30,6 +30,9 @@ import time
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from measure import drop_caches, median_ratio  # noqa: E402
+
 ALIGN = 4096
 MAGIC = b"NVMEIOCK"
 GiB = 1 << 30
@@ -128,16 +131,6 @@ def child(args):
     print(json.dumps({"seconds": seconds, "bytes": os.path.getsize(path)}))
 
 
-def drop_caches():
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--folder", required=True)
@@ -198,7 +191,8 @@ def report(args, runs, cold):
             seconds = statistics.median(r["seconds"] for r in mine.values())
             whole = statistics.median(r["whole"] for r in mine.values())
             size = statistics.median(r["bytes"] for r in mine.values())
-            ratio = statistics.median(mine[i]["seconds"] / ref[i]["seconds"] for i in mine)
+            ratio = median_ratio({i: r["seconds"] for i, r in mine.items()},
+                                 {i: r["seconds"] for i, r in ref.items()})
             print(f"{op:6}{method:14}{size / GiB / seconds:8.2f}{seconds:8.2f}{whole:11.2f}"
                   f"{ratio:10.2f}")
 

@@ -151,6 +151,45 @@ int one_shot(nvmeio::operation op, const torch::Tensor& buffer, const std::strin
     return 0;
 }
 
+// DeepSpeed's read and write methods, in its three shapes: (buffer, filename, validate,
+// file_offset) returning 0; (..., validate, async, file_offset) returning DeepSpeed's count;
+// and the sync_/async_ (buffer, filename, file_offset) forms.
+void def_transfers(py::class_<py_handle>& c) {
+    for (const nvmeio::operation op : {nvmeio::operation::read, nvmeio::operation::write}) {
+        const bool read = op == nvmeio::operation::read;
+        const char* plain = read ? "read" : "write";
+        c.def(
+            plain,
+            [op, plain](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
+                        bool validate, std::int64_t file_offset) {
+                h.start(make_request(op, buffer, file_offset, validate, plain), filename, false);
+                return 0;
+            },
+            "buffer"_a, "filename"_a, "validate"_a, "file_offset"_a = 0);
+        const char* either = read ? "pread" : "pwrite";
+        c.def(
+            either,
+            [op, either](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
+                         bool validate, bool async, std::int64_t file_offset) {
+                return h.start(make_request(op, buffer, file_offset, validate, either), filename,
+                               async);
+            },
+            "buffer"_a, "filename"_a, "validate"_a, "async"_a, "file_offset"_a = 0);
+        for (const bool async : {false, true}) {
+            const char* name = async ? (read ? "async_pread" : "async_pwrite")
+                                     : (read ? "sync_pread" : "sync_pwrite");
+            c.def(
+                name,
+                [op, async, name](py_handle& h, const torch::Tensor& buffer,
+                                  const std::string& filename, std::int64_t file_offset) {
+                    return h.start(make_request(op, buffer, file_offset, false, name), filename,
+                                   async);
+                },
+                "buffer"_a, "filename"_a, "file_offset"_a = 0);
+        }
+    }
+}
+
 // DeepSpeed's pin_handle: the locked-tensor methods alone.
 struct pin_handle {};
 
@@ -254,88 +293,17 @@ PYBIND11_MODULE(_C, m) {
         .def("get_alignment",
              [](const py_handle& h) { return 512 * h.settings().intra_op_parallelism; })
         .def("get_backend", [](const py_handle& h) { return h.settings().backend; })
-        .def(
-            "read",
-            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
-               bool validate, std::int64_t file_offset) {
-                h.start(make_request(operation::read, buffer, file_offset, validate, "read"),
-                        filename, false);
-                return 0;
-            },
-            "buffer"_a, "filename"_a, "validate"_a, "file_offset"_a = 0)
-        .def(
-            "write",
-            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
-               bool validate, std::int64_t file_offset) {
-                h.start(make_request(operation::write, buffer, file_offset, validate, "write"),
-                        filename, false);
-                return 0;
-            },
-            "buffer"_a, "filename"_a, "validate"_a, "file_offset"_a = 0)
-        .def(
-            "pread",
-            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
-               bool validate, bool async, std::int64_t file_offset) {
-                return h.start(
-                    make_request(operation::read, buffer, file_offset, validate, "pread"), filename,
-                    async);
-            },
-            "buffer"_a, "filename"_a, "validate"_a, "async"_a, "file_offset"_a = 0)
-        .def(
-            "pwrite",
-            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
-               bool validate, bool async, std::int64_t file_offset) {
-                return h.start(
-                    make_request(operation::write, buffer, file_offset, validate, "pwrite"),
-                    filename, async);
-            },
-            "buffer"_a, "filename"_a, "validate"_a, "async"_a, "file_offset"_a = 0)
-        .def(
-            "sync_pread",
-            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
-               std::int64_t file_offset) {
-                return h.start(
-                    make_request(operation::read, buffer, file_offset, false, "sync_pread"),
-                    filename, false);
-            },
-            "buffer"_a, "filename"_a, "file_offset"_a = 0)
-        .def(
-            "sync_pwrite",
-            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
-               std::int64_t file_offset) {
-                return h.start(
-                    make_request(operation::write, buffer, file_offset, false, "sync_pwrite"),
-                    filename, false);
-            },
-            "buffer"_a, "filename"_a, "file_offset"_a = 0)
-        .def(
-            "async_pread",
-            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
-               std::int64_t file_offset) {
-                return h.start(
-                    make_request(operation::read, buffer, file_offset, false, "async_pread"),
-                    filename, true);
-            },
-            "buffer"_a, "filename"_a, "file_offset"_a = 0)
-        .def(
-            "async_pwrite",
-            [](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
-               std::int64_t file_offset) {
-                return h.start(
-                    make_request(operation::write, buffer, file_offset, false, "async_pwrite"),
-                    filename, true);
-            },
-            "buffer"_a, "filename"_a, "file_offset"_a = 0)
+        .def("wait", &py_handle::wait,
+             "Waits for every pending request; returns how many (0 when none). Raises the first "
+             "failure after all have finished.")
         .def(
             "async_pwrite",
             [](py_handle& h, const torch::Tensor& buffer, int fd, std::int64_t file_offset) {
                 return h.start_on_descriptor(
                     make_request(operation::write, buffer, file_offset, false, "async_pwrite"), fd);
             },
-            "buffer"_a, "fd"_a, "file_offset"_a = 0)
-        .def("wait", &py_handle::wait,
-             "Waits for every pending request; returns how many (0 when none). Raises the first "
-             "failure after all have finished.");
+            "buffer"_a, "fd"_a, "file_offset"_a = 0);
+    nvmeio_torch::def_transfers(handle);
     nvmeio_torch::def_locked_tensors(handle);
 
     // DeepSpeed's pin_memory op: the locked tensors without I/O.

@@ -141,7 +141,7 @@ def main():
                 order = names[:]
                 random.shuffle(order)
                 for name in order:
-                    target = path if op == "read" else path + f".{name}.w"
+                    target = path if op == "read" else path + ".w"  # each write removes it first
                     cold = drop_caches() and cold
                     if name == "fio":
                         seconds, cpu = fio_run(args, op, target, parallel)
@@ -151,10 +151,9 @@ def main():
                     runs.append(dict(op=op, parallel=parallel, round=round_, method=name,
                                      module=module, gib_per_s=args.size / GiB / seconds,
                                      cpu_s_per_gib=cpu / (args.size / GiB)))
-            for f in os.listdir(args.folder):
-                if f.endswith(".w"):
-                    os.remove(os.path.join(args.folder, f))
-    os.remove(path)
+    for f in (path, path + ".w"):
+        if os.path.exists(f):
+            os.remove(f)
     shutil.rmtree(scratch)
     if args.json:
         with open(args.json, "w") as f:

@@ -268,9 +268,12 @@ class aio_handle {
             if (r.length == 0) return;
             const std::size_t bytes = engine->move(r, config);
             if (bytes < r.length) {  // a read met the end of the file
+                std::error_code ec;
+                const std::uint64_t size = r.file.size(ec);
                 throw nvmeio::io_error(
                     {nvmeio::detail::errno_code(ENODATA),
-                     "read (the file ends at byte " + std::to_string(r.offset + bytes) + ")",
+                     "read (the file is " +
+                         (ec ? "shorter" : std::to_string(size) + " bytes long") + ")",
                      r.file.path(), r.offset, r.length});
             }
             if (r.validate) validate(r);

@@ -36,7 +36,7 @@ def test_missing_file_raises_file_not_found_naming_it(workdir, backend):
 
 
 @pytest.mark.parametrize("is_async", [False, True])
-def test_read_past_the_end_raises_naming_file_offset_and_where_it_ends(workdir, backend, is_async):
+def test_read_past_the_end_raises_naming_file_offset_and_its_size(workdir, backend, is_async):
     h = nvmeio_torch.aio_handle(4096, 4, False, True, 2, backend=backend)
     path = os.path.join(workdir, "short.bin")
     write_file(path, random_bytes(10000))
@@ -49,7 +49,7 @@ def test_read_past_the_end_raises_naming_file_offset_and_where_it_ends(workdir, 
             h.sync_pread(buffer, path, 4096)
     e = info.value
     assert e.errno == errno.ENODATA and e.filename == path
-    assert "offset 4096" in str(e) and "8192 bytes" in str(e) and "ends at byte 10000" in str(e)
+    assert "offset 4096" in str(e) and "8192 bytes" in str(e) and "the file is 10000 bytes long" in str(e)
     still_usable(h, workdir)
 
 

@@ -24,7 +24,8 @@ namespace nvmeio::support {
             throw std::invalid_argument("'" + text + "' is not a whole number (digits only)");
         }
         const auto digit = static_cast<std::uint64_t>(c - '0');
-        if (value > (max - digit) / 10) {
+        // digit > max first: for a maximum below 9, max - digit would wrap around.
+        if (digit > max || value > (max - digit) / 10) {
             throw std::invalid_argument("'" + text + "' is too large (at most " +
                                         std::to_string(max) + ")");
         }

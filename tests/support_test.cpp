@@ -63,6 +63,15 @@ BOOST_AUTO_TEST_CASE(parse_unsigned_checks_the_maximum_without_wrapping) {
     BOOST_CHECK_THROW((void)support::parse_unsigned(""), std::invalid_argument);
 }
 
+BOOST_AUTO_TEST_CASE(parse_unsigned_refuses_a_single_digit_above_a_maximum_below_nine) {
+    BOOST_TEST(support::parse_unsigned("3", 3) == 3u);
+    BOOST_CHECK_THROW((void)support::parse_unsigned("4", 3), std::invalid_argument);
+    BOOST_CHECK_THROW((void)support::parse_unsigned("9", 8), std::invalid_argument);
+    BOOST_CHECK_THROW((void)support::parse_unsigned("1", 0), std::invalid_argument);
+    BOOST_TEST(support::parse_unsigned("0", 0) == 0u);
+    BOOST_CHECK_THROW((void)support::parse_unsigned("04", 3), std::invalid_argument);
+}
+
 BOOST_AUTO_TEST_CASE(parse_seconds_accepts_finite_non_negative_numbers_only) {
     BOOST_TEST(support::parse_seconds("2.5") == 2.5);
     BOOST_TEST(support::parse_seconds("0") == 0.0);

@@ -15,6 +15,7 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -293,7 +294,12 @@ void report(const plan& p, const std::vector<method>& methods,
 int main(int argc, char** argv) {
     return support::run_main("swap_optimizer", 2, [&] {
         const plan p = read_command_line(argc, argv);
-        ::mkdir(p.dir.c_str(), 0755);
+        // The swap files go in the folder: say why it cannot be made, not later that a file in
+        // it does not exist.
+        if (::mkdir(p.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+            throw nvmeio::io_error(
+                {std::error_code(errno, std::generic_category()), "mkdir", p.dir, 0, 0});
+        }
         const example::run_temperature temperature(p.warm);
         example::print_setting("swap_optimizer", p.dir, temperature);
         std::cout << "state: " << p.partitions << " partitions x " << p.elements

@@ -113,6 +113,15 @@ class runner {
         }
     }
 
+    /// Writes the buffer (after `load()`, the file's own bytes) back over the first `size()`
+    /// bytes of `path`, untimed: what every pass that wrote other bytes (fio's, a ring's) must
+    /// leave behind.
+    void write_back(const std::string& path) {
+        file f(path, open_mode::read_write, direct_io::automatic);
+        aio_context context({16, std::size_t{1} << 20});
+        (void)nvmeio::write(context, f, buffer_, buffer_.size(), 0);
+    }
+
     /// One timed pass of `config` (config.size is ignored: the pass moves `size()` bytes). The
     /// parallel context is created before the clock starts and kept for the next pass with the
     /// same backend, threads, depth and block size. Throws io_error / std::invalid_argument.
@@ -175,9 +184,7 @@ class runner {
                                      " bytes, " + std::to_string(o.bounced_bytes) +
                                      " of them bounced");
         }
-        if (config.op == operation::write) {  // untimed: the file gets its own bytes back
-            (void)context.transfer(f, operation::write, buffer_.data(), buffer_.size(), 0);
-        }
+        if (config.op == operation::write) write_back(config.path);
         return {o.perf, after.total() - before.total()};
     }
 

@@ -121,6 +121,9 @@ class tune_runner {
             set_rates(r, perf, m.cpu_seconds);
             r.process_cpu_per_gib =
                 m.process_cpu_seconds < 0 ? -1 : per_gib(m.process_cpu_seconds, perf.bytes);
+            // fio wrote its own bytes: the file gets its own back (--help promises it), before a
+            // read pass would take fio's into the buffer that nvmeio's write passes write.
+            if (t.config.op == operation::write) engine_.write_back(t.config.path);
         } else {
             const support::reference_result m =
                 t.method == "buffered"

@@ -456,6 +456,28 @@ BOOST_AUTO_TEST_CASE(tune_vs_fio_reports_both_rates_and_the_ratio_per_point) {
         BOOST_TEST(!p.contains("process_cpu_ratio_to_fio"));
 }
 
+// --help promises that write runs write the first --size bytes back unchanged: fio's write runs
+// too (their bytes are fio's own), whichever runs last, and reads between them. The seed orders
+// a fio write last.
+BOOST_AUTO_TEST_CASE(tune_vs_fio_write_runs_leave_the_file_content_unchanged) {
+    if (bench::find_program("fio").empty()) {
+        BOOST_TEST_MESSAGE("fio not installed: comparison not exercised");
+        return;
+    }
+    nvmeio_test::temp_path path("tune-fio-write");
+    std::vector<unsigned char> original = nvmeio_test::pattern(2 << 20, 11);
+    nvmeio_test::spew(path.str(), original.data(), original.size());
+    for (const char* seed : {"1", "2", "3"}) {
+        const std::string dir = out_dir(std::string("tune-fio-write-out") + seed);
+        const ran r = run_tune(
+            path,
+            std::string("-s 2M -b 256K -q 4 -p 1 -r 2 --ops read,write --vs-fio --seed ") + seed,
+            dir, "tune-fio-write");
+        BOOST_TEST_REQUIRE(r.status == 0, r.err);
+        BOOST_TEST(nvmeio_test::slurp(path.str()) == original, "seed " << seed);
+    }
+}
+
 BOOST_AUTO_TEST_CASE(bench_never_overwrites_an_existing_file_that_is_too_short) {
     nvmeio_test::temp_path path("bench-short");
     const std::vector<unsigned char> original = nvmeio_test::pattern(65536, 3);

@@ -72,7 +72,6 @@ struct request {
     nvmeio::file file;
     bool validate = false;
     // Filled by the dispatcher.
-    bool done = false;
     std::exception_ptr error;
 };
 
@@ -212,6 +211,7 @@ class aio_handle {
         std::lock_guard<std::mutex> lock(state_->mutex);
         state_->queue.push_back(r.get());
         state_->submitted.push_back(std::move(r));
+        ++state_->unfinished;
         state_->work.notify_one();
     }
 
@@ -259,8 +259,7 @@ class aio_handle {
                 }
                 std::lock_guard<std::mutex> lock(mutex);
                 r->error = error;
-                r->done = true;
-                finished.notify_all();
+                if (--unfinished == 0) finished.notify_all();
             }
         }
 
@@ -300,17 +299,14 @@ class aio_handle {
         std::condition_variable work, finished;
         std::deque<request*> queue;  // submitted, not started
         request_list submitted;      // owned until a wait collects them
+        std::size_t unfinished = 0;  // of `submitted`: a wait's condition, not a scan of them
         bool stopping = false;
         std::thread dispatcher;
     };
 
     int wait_locked(request_list& released) {
         std::unique_lock<std::mutex> lock(state_->mutex);
-        state_->finished.wait(lock, [this] {
-            for (const auto& r : state_->submitted)
-                if (!r->done) return false;
-            return true;
-        });
+        state_->finished.wait(lock, [this] { return state_->unfinished == 0; });
         released = std::move(state_->submitted);
         state_->submitted.clear();
         lock.unlock();

@@ -122,3 +122,14 @@ def test_any_dtype_and_shape_moves_its_bytes(workdir):
         back = torch.empty_like(t)
         assert h.sync_pread(back, path) == 1
         assert torch.equal(back, t)
+
+
+def test_thousands_of_pending_requests_are_all_counted_and_written(workdir):
+    h = nvmeio_torch.aio_handle(4096, 16, False, True, 2)
+    path = os.path.join(workdir, "many.bin")
+    data = random_bytes(2000 * 1000)
+    for i in range(2000):  # 1000-byte requests: none aligned in length, half not in offset
+        assert h.async_pwrite(data[i * 1000:(i + 1) * 1000], path, i * 1000) == 0
+    assert h.wait() == 2000
+    assert torch.equal(file_bytes(path), data)
+    assert h.wait() == 0

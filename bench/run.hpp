@@ -142,7 +142,7 @@ class runner {
         if (config.ring) return run_ring(context, f, config, transfer);
         const support::cpu_times before = support::process_cpu_times();
         const transfer_result r =
-            context.transfer(f, config.op, buffer_.data(), buffer_.size(), 0, transfer);
+            nvmeio::transfer(context, f, config.op, buffer_.data(), buffer_.size(), 0, transfer);
         const support::cpu_times after = support::process_cpu_times();
         if (r.bytes != size_) {
             throw std::runtime_error("moved " + std::to_string(r.bytes) + " of " +

@@ -195,7 +195,9 @@ BOOST_AUTO_TEST_CASE(a_failed_io_fails_its_requests_only_and_read_batch_throws_i
     batch_options options;
     options.max_io_size = 2 * block;  // four I/Os of two requests
     nvmeio_test::offset_fault_backend::fail_offset = 4 * block + 5;
-    const batch_outcome got = transfer_batch(context, in, operation::read, requests, options);
+    std::error_code ec;
+    const batch_outcome got = transfer_batch(context, in, operation::read, requests, options, ec);
+    BOOST_TEST(ec == std::make_error_code(std::errc::io_error));
     // File blocks 4 and 5 share an I/O: requests 3 (offset 4 blocks) and 2 (offset 5 blocks).
     for (std::size_t i = 0; i < 8; ++i) {
         const bool failed = i == 2 || i == 3;
@@ -210,6 +212,54 @@ BOOST_AUTO_TEST_CASE(a_failed_io_fails_its_requests_only_and_read_batch_throws_i
         BOOST_TEST(e.code() == std::error_code(EIO, std::generic_category()));
         BOOST_TEST(e.offset() == 4 * block);
     }
+    // transfer_batch throws the same, after trying every request: the other six are read.
+    for (std::vector<unsigned char>& t : targets)
+        std::fill(t.begin(), t.end(), 0);
+    try {
+        (void)transfer_batch(context, in, operation::read, requests, options);
+        BOOST_ERROR("the injected failure was not thrown");
+    } catch (const io_error& e) {
+        BOOST_TEST(e.offset() == 4 * block);
+    }
+    const auto bytes = nvmeio_test::pattern(size, 14);
+    BOOST_TEST(std::memcmp(targets[0].data(), bytes.data() + 7 * block, block) == 0);
+    BOOST_TEST(std::memcmp(targets[7].data(), bytes.data(), block) == 0);
+    // read_batch's std::error_code form reports it with every request's record.
+    const batch_outcome records = read_batch(context, in, requests, options, ec);
+    BOOST_TEST(ec == std::error_code(EIO, std::generic_category()));
+    BOOST_TEST(records.first_failure() == 2u);
+    nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
+    const batch_outcome clean = read_batch(context, in, requests, options, ec);
+    BOOST_TEST(!ec);
+    BOOST_TEST(clean.first_failure() == requests.size());
+}
+
+BOOST_AUTO_TEST_CASE(write_batch_error_code_form_reports_the_first_failed_request) {
+    temp_path path("batch_write_fault");
+    const std::size_t size = 4 * block;
+    basic_aio_context<nvmeio_test::offset_fault_backend> context({4, block});
+    file out(path.str(), open_mode::write);
+    const auto bytes = nvmeio_test::pattern(size, 15);
+    std::vector<batch_request> requests;
+    for (std::size_t i = 0; i < 4; ++i)
+        requests.push_back(
+            {const_cast<unsigned char*>(bytes.data()) + i * block, block, i * block});
+    batch_options options;
+    options.max_io_size = block;  // one I/O per request
+    nvmeio_test::offset_fault_backend::fail_offset = 2 * block;
+    std::error_code ec;
+    const batch_outcome got = write_batch(context, out, requests, options, ec);
+    nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
+    BOOST_TEST(ec == std::error_code(EIO, std::generic_category()));
+    BOOST_TEST(got.first_failure() == 2u);
+    BOOST_TEST(got.results[3].bytes == block);
+    BOOST_CHECK_THROW(
+        {
+            nvmeio_test::offset_fault_backend::fail_offset = block;
+            const batch_outcome thrown = write_batch(context, out, requests, options);
+            (void)thrown;
+        },
+        io_error);
     nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
 }
 
@@ -305,8 +355,10 @@ BOOST_AUTO_TEST_CASE(member_by_member_failure_fails_that_member_only) {
     options.min_direct_size = 4096;
     file in(path.str(), open_mode::read);
     nvmeio_test::offset_fault_backend::fail_offset = 3 * block + 20000;
-    const batch_outcome got = transfer_batch(context, in, operation::read, requests, options);
+    std::error_code ec;
+    const batch_outcome got = transfer_batch(context, in, operation::read, requests, options, ec);
     nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
+    BOOST_TEST(static_cast<bool>(ec));
     for (std::size_t i = 0; i < count; ++i) {
         BOOST_TEST(static_cast<bool>(got.results[i].failure) == (i == 3), "request " << i);
         BOOST_TEST(got.results[i].bytes == (i == 3 ? 0u : block), "request " << i);

@@ -284,14 +284,14 @@ BOOST_AUTO_TEST_CASE(parallel_and_batched_transfers_on_a_device_are_byte_exact) 
             aligned_buffer whole(static_cast<std::size_t>(f.size()));
             nvmeio_test::fill_pattern(whole.data(), whole.size(), 50);
             BOOST_TEST(
-                parallel.transfer(f, operation::write, whole.data(), whole.size(), 0, {}).bytes ==
+                transfer(parallel, f, operation::write, whole.data(), whole.size(), 0).bytes ==
                 device_size);
             std::vector<unsigned char> expected(whole.size());
             std::memcpy(expected.data(), whole.data(), whole.size());
             BOOST_TEST((nvmeio_test::slurp(device.image()) == expected));
             std::memset(whole.data(), 0, whole.size());
             BOOST_TEST(
-                parallel.transfer(f, operation::read, whole.data(), whole.size(), 0, {}).bytes ==
+                transfer(parallel, f, operation::read, whole.data(), whole.size(), 0).bytes ==
                 device_size);
             BOOST_TEST(std::memcmp(whole.data(), expected.data(), whole.size()) == 0);
 

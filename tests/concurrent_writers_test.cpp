@@ -441,7 +441,8 @@ BOOST_AUTO_TEST_CASE(padded_writes_trimmed_with_trim_padding_race_safely_with_wr
                     plan.before.size() > last && plan.before.size() < padded_end
                         ? plan.before.size()
                         : 0;
-                f.trim_padding(padded_end, std::max<std::uint64_t>(end, before_end), failure);
+                detail::file_door::trim_padding(f, padded_end,
+                                                std::max<std::uint64_t>(end, before_end), failure);
                 if (failure) throw io_error(failure);
             });
         } catch (const std::exception& e) {

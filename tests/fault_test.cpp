@@ -222,7 +222,7 @@ transfer_result run(rig<Inner>& r, setup& s, const cell& c) {
             case front::transfer:
                 return transfer(r.single, s.f, c.op, s.memory, length, offset, config);
             case front::parallel:
-                return r.parallel->transfer(s.f, c.op, s.memory, length, offset, config);
+                return transfer(*r.parallel, s.f, c.op, s.memory, length, offset, config);
             case front::async: {
                 transfer_handle h = r.async->submit(s.f, c.op, s.memory, length, offset, config);
                 return h.wait();
@@ -713,7 +713,11 @@ BOOST_AUTO_TEST_CASE(reap_failure_fails_only_the_batch_requests_not_finished) {
             batch_options options;
             options.config.strategy = strategy;
             const batch_outcome got = nvmeio_test::within(bound, "batch", [&] {
-                return transfer_batch(*context, in, operation::read, requests, options);
+                std::error_code ec;
+                batch_outcome outcome =
+                    transfer_batch(*context, in, operation::read, requests, options, ec);
+                BOOST_TEST(static_cast<bool>(ec));
+                return outcome;
             });
             for (std::size_t i = 0; i < count; ++i) {
                 BOOST_TEST_CONTEXT("request " << i) {

@@ -129,7 +129,18 @@ BOOST_AUTO_TEST_CASE(failure_names_the_file_and_its_offset) {
         BOOST_TEST(e.path() == scratch.names[0]);
         BOOST_TEST(e.offset() == 2 * unit);
     }
+    // The std::error_code forms report the same failure instead of throwing it.
+    std::error_code ec;
+    const transfer_result r = read(context, in, target.data(), size, 0, {}, ec);
+    BOOST_TEST(ec == std::error_code(EIO, std::generic_category()));
+    BOOST_TEST(r.bytes == 0u);
+    stripe_set again(scratch.names, open_mode::read_write, unit);
+    nvmeio_test::offset_fault_backend::fail_offset = 3 * unit;  // logical unit 6, file 0
+    (void)write(context, again, target.data(), size, 0, {}, ec);
+    BOOST_TEST(ec == std::error_code(EIO, std::generic_category()));
     nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
+    (void)write(context, again, target.data(), size, 0, {}, ec);
+    BOOST_TEST(!ec);
 }
 
 BOOST_AUTO_TEST_CASE(bad_stripe_settings_are_rejected) {

@@ -1,7 +1,9 @@
 #pragma once
 /// \file aio_context.hpp
 /// An asynchronous I/O context: a Backend policy plus the queue depth and block size that every
-/// transfer through it uses.
+/// transfer through it uses. It owns the backend, its settings and the engine's working memory,
+/// and hands them to the engine (detail/engine_door.hpp) for every transfer a front end runs
+/// on it.
 
 #include <chrono>
 #include <cstddef>
@@ -12,26 +14,13 @@
 #include "nvmeio/detail/context_guard.hpp"
 #include "nvmeio/detail/engine_scratch.hpp"
 #include "nvmeio/error.hpp"
+#include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
 
-/// How deep the queue is and how large each request is.
-struct context_options {
-    /// Requests in flight at once (>= 1, <= fs.aio-max-nr for libaio).
-    unsigned queue_depth = 32;
-    /// Bytes per request (>= 1). On an O_DIRECT file it must be a multiple of the file's
-    /// alignment; that is checked when a transfer starts, because it depends on the file.
-    std::size_t block_size = std::size_t{1} << 20;
-    /// How long a wait for completions first polls the completion ring from user space before
-    /// it sleeps in the kernel; 0 (the default) always sleeps at once. Polling burns the
-    /// waiting thread's CPU but skips the sleep and wake-up, which on a fast device (or a VM,
-    /// where waking a halted vCPU is dear) can cost more than the I/O itself: see
-    /// docs/PERFORMANCE.md ("Waiting for completions"). From the second poll in a row that runs
-    /// out of time, the next waits sleep at once (1, 2, 4, ... up to 64 of them before polling
-    /// again), so a device slower than the limit costs almost nothing extra, while one slow
-    /// completion among quick ones costs only its own wait. At most 1 second.
-    std::chrono::microseconds spin{0};
-};
+namespace detail {
+struct engine_door;  // detail/engine_door.hpp
+}  // namespace detail
 
 /// A queue of asynchronous requests served by `Backend` (libaio by default).
 ///
@@ -68,23 +57,12 @@ class basic_aio_context {
     [[nodiscard]] std::size_t block_size() const noexcept { return options_.block_size; }
     /// Both settings.
     [[nodiscard]] const context_options& options() const noexcept { return options_; }
-    /// The backend, for strategies.
+    /// The backend (to register buffers and files with an io_uring backend, say).
     [[nodiscard]] Backend& backend() noexcept { return backend_; }
-    /// The engine's working memory, reused by every transfer on this context.
-    [[nodiscard]] detail::engine_scratch& scratch() noexcept { return scratch_; }
-
-    /// What `begin_transfer` returns: the context is busy until it is destroyed.
-    using transfer_guard = detail::exclusive_use::claim;
-
-    /// Marks the context busy for one transfer; every transfer and batch calls it before it
-    /// touches the backend. Throws std::logic_error when another thread's transfer is running
-    /// on it, or in a process other than the one that created it (after fork).
-    [[nodiscard]] transfer_guard begin_transfer() {
-        creator_.require_current("aio_context");
-        return in_use_.acquire("aio_context");
-    }
 
   private:
+    friend struct detail::engine_door;  // hands the engine the backend, settings and scratch
+
     static context_options checked(context_options options) {
         if (options.queue_depth == 0)
             detail::throw_invalid("queue_depth must be at least 1 (got 0)");

@@ -31,10 +31,11 @@
 
 #include "nvmeio/aio_context.hpp"
 #include "nvmeio/detail/context_guard.hpp"
+#include "nvmeio/detail/front_end.hpp"
 #include "nvmeio/detail/worker_pool.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
-#include "nvmeio/strategy.hpp"
+#include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
 
@@ -64,9 +65,6 @@ class transfer_handle {
   public:
     /// A handle with no transfer.
     transfer_handle() noexcept = default;
-    /// Wraps the shared state a context filled (used by basic_async_context).
-    explicit transfer_handle(std::shared_ptr<detail::async_state> state) noexcept
-        : state_(std::move(state)) {}
 
     transfer_handle(const transfer_handle&) = delete;
     transfer_handle& operator=(const transfer_handle&) = delete;
@@ -104,35 +102,39 @@ class transfer_handle {
         return state_->done_signal.wait_for(lock, timeout, [this] { return state_->done; });
     }
 
-    /// Waits for the transfer and returns what it did, recording an I/O failure in `failure`.
-    /// May be called again; a handle without a transfer returns an empty result.
-    transfer_result wait(io_failure& failure) const {
-        failure = {};
-        if (!state_) return {};
-        state_->creator.require_current("transfer_handle");
-        block();
-        if (state_->error) std::rethrow_exception(state_->error);
-        failure = state_->failure;
-        return state_->result;
-    }
-
-    /// As above; throws io_error on failure.
+    /// Waits for the transfer and returns what it did; throws io_error on failure (the same a
+    /// synchronous transfer throws). May be called again; a handle without a transfer returns an
+    /// empty result.
     transfer_result wait() const {
-        io_failure failure;
-        transfer_result result = wait(failure);
-        detail::throw_if(failure);
+        const transfer_result& result = settled();
+        if (state_) detail::throw_if(state_->failure);
         return result;
     }
 
     /// As above; reports failure through `ec`.
     transfer_result wait(std::error_code& ec) const {
-        io_failure failure;
-        transfer_result result = wait(failure);
-        ec = failure.code;
+        const transfer_result& result = settled();
+        ec = state_ ? state_->failure.code : std::error_code{};
         return result;
     }
 
   private:
+    template <class Backend>
+    friend class basic_async_context;  // the only maker of handles that hold a transfer
+
+    explicit transfer_handle(std::shared_ptr<detail::async_state> state) noexcept
+        : state_(std::move(state)) {}
+
+    // Waits for the transfer; rethrows what was not an I/O failure.
+    const transfer_result& settled() const {
+        static const transfer_result none;
+        if (!state_) return none;
+        state_->creator.require_current("transfer_handle");
+        block();
+        if (state_->error) std::rethrow_exception(state_->error);
+        return state_->result;
+    }
+
     // Waits for the transfer before the handle lets go of it. In a child after fork nothing
     // would ever finish it, and its condition variable may have waiters that do not exist there
     // (destroying it would wait for them forever): the child leaves the state allocated.
@@ -152,14 +154,6 @@ class transfer_handle {
     }
 
     std::shared_ptr<detail::async_state> state_;
-};
-
-/// How many transfers run at once and what each worker's context looks like.
-struct async_options {
-    /// Worker threads (>= 1): transfers running at the same time.
-    unsigned threads = 2;
-    /// Queue depth and block size of every worker's context.
-    context_options context{};
 };
 
 /// Worker threads with one `basic_aio_context<Backend>` each, running submitted transfers.
@@ -222,7 +216,7 @@ class basic_async_context {
     }
 
   private:
-    detail::worker_pool<Backend> pool_;
+    detail::worker_pool<basic_aio_context<Backend>> pool_;
 };
 
 /// The common case: native Linux AIO on every worker.

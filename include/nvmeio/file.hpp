@@ -28,6 +28,10 @@
 
 namespace nvmeio {
 
+namespace detail {
+struct file_door;
+}  // namespace detail
+
 /// What a file is opened for.
 enum class open_mode {
     read,        ///< Read only; the file must exist.
@@ -219,9 +223,6 @@ class file {
         ec = failure.code;
         return done;
     }
-    /// As above, recording everything about a failure in `failure`.
-    std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset,
-                        io_failure& failure);
 
     /// Writes exactly `length` bytes at `offset` from `buffer` (any alignment), retrying short
     /// writes and EINTR. The file is first extended to `offset + length` if shorter
@@ -240,9 +241,6 @@ class file {
         write_at(buffer, length, offset, failure);
         ec = failure.code;
     }
-    /// As above, recording everything about a failure in `failure`.
-    void write_at(const void* buffer, std::size_t length, std::uint64_t offset,
-                  io_failure& failure);
 
     /// Makes the file at least `offset + length` bytes long before a write of that range, so that
     /// the write never changes its size: a shorter regular file gets the range allocated with
@@ -261,23 +259,6 @@ class file {
         io_failure failure;
         reserve_range(offset, length, failure);
         ec = failure.code;
-    }
-    /// As above, recording everything about a failure in `failure`.
-    void reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure);
-
-    /// For engines that write a last alignment unit whole and asynchronously: after
-    /// `reserve_range(offset, padded_end - offset)` and the write, cuts the padding off again.
-    /// Under the file's size mutex, when the file still ends exactly at `padded_end`, its size
-    /// becomes `keep` (the writer's end, or where the file ended inside that unit before, if
-    /// larger); a file another writer has grown further is left alone. Regular files only; a
-    /// no-op for others.
-    void trim_padding(std::uint64_t padded_end, std::uint64_t keep, io_failure& failure) {
-        failure = {};
-        if (kind_ != file_kind::regular || !size_lock_ || keep >= padded_end) return;
-        std::lock_guard<std::mutex> lock(*size_lock_);
-        std::error_code ec;
-        if (size(ec) == padded_end && !ec) truncate_unlocked(keep, ec);
-        if (ec) failure = {ec, "truncate (after a padded write)", path(), keep, 0};
     }
 
     /// Sets the file's size (under the file's size mutex, so that no concurrent write of nvmeio
@@ -351,6 +332,30 @@ class file {
     }
 
   private:
+    friend struct detail::file_door;  // the engine's way to the rich failure records below
+
+    // read_at, write_at and reserve_range, recording everything about a failure in `failure`.
+    std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset,
+                        io_failure& failure);
+    void write_at(const void* buffer, std::size_t length, std::uint64_t offset,
+                  io_failure& failure);
+    void reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure);
+
+    // For engines that write a last alignment unit whole and asynchronously: after
+    // `reserve_range(offset, padded_end - offset)` and the write, cuts the padding off again.
+    // Under the file's size mutex, when the file still ends exactly at `padded_end`, its size
+    // becomes `keep` (the writer's end, or where the file ended inside that unit before, if
+    // larger); a file another writer has grown further is left alone. Regular files only; a
+    // no-op for others.
+    void trim_padding(std::uint64_t padded_end, std::uint64_t keep, io_failure& failure) {
+        failure = {};
+        if (kind_ != file_kind::regular || !size_lock_ || keep >= padded_end) return;
+        std::lock_guard<std::mutex> lock(*size_lock_);
+        std::error_code ec;
+        if (size(ec) == padded_end && !ec) truncate_unlocked(keep, ec);
+        if (ec) failure = {ec, "truncate (after a padded write)", path(), keep, 0};
+    }
+
     io_failure open_impl(std::string path, open_mode mode, direct_io direct);
     // Whether this process may open a file of `kind` (device `device`); else why not.
     static const char* refusal(file_kind kind, dev_t device) noexcept;
@@ -400,5 +405,5 @@ class file {
 }  // namespace nvmeio
 
 // The members' definitions.
-#include "nvmeio/detail/file_io.hpp"
-#include "nvmeio/detail/file_open.hpp"
+#include "nvmeio/impl/file_io.hpp"
+#include "nvmeio/impl/file_open.hpp"

@@ -24,11 +24,13 @@
 #include <utility>
 #include <vector>
 
-#include "nvmeio/batch.hpp"
+#include "nvmeio/alignment.hpp"
+#include "nvmeio/detail/batch_engine.hpp"
+#include "nvmeio/detail/front_end.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
-#include "nvmeio/parallel.hpp"
-#include "nvmeio/strategy.hpp"
+#include "nvmeio/parallel_context.hpp"
+#include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
 
@@ -103,37 +105,37 @@ class stripe_set {
     std::size_t stripe_unit_;
 };
 
-/// Moves `length` bytes between `buffer` and logical `offset` of `set`, each file's share on its
-/// own worker of `context`; a failure (the one at the lowest logical offset) goes to `failure`,
-/// naming the file and the file offset. A read returns the bytes up to the first logical byte
-/// that does not exist. Throws std::invalid_argument for an offset off the alignment.
+namespace detail {
+
+// A striped transfer: each file's share is one batch, run by its own worker.
 template <class Backend>
-transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& set, operation op,
-                         void* buffer, std::size_t length, std::uint64_t offset,
-                         const batch_options& options, io_failure& failure) {
+transfer_result striped_transfer(basic_parallel_context<Backend>& context, stripe_set& set,
+                                 operation op, void* buffer, std::size_t length,
+                                 std::uint64_t offset, const batch_options& options,
+                                 io_failure& failure) {
     const auto start = std::chrono::steady_clock::now();
     failure = {};
     transfer_result result;
     if (set.width() == 0) {
-        detail::throw_invalid("striped " + std::string(to_string(op)) +
-                              ": the stripe set holds no files (it was moved from)");
+        throw_invalid("striped " + std::string(to_string(op)) +
+                      ": the stripe set holds no files (it was moved from)");
     }
     if (length == 0) return result;
-    if (buffer == nullptr) detail::throw_invalid("striped transfer: the buffer is null");
+    if (buffer == nullptr) throw_invalid("striped transfer: the buffer is null");
     if (offset > std::numeric_limits<std::uint64_t>::max() - length) {
-        detail::throw_invalid("striped " + std::string(to_string(op)) + " of " +
-                              std::to_string(length) + " bytes at offset " +
-                              std::to_string(offset) + ": the range passes the largest offset");
+        throw_invalid("striped " + std::string(to_string(op)) + " of " + std::to_string(length) +
+                      " bytes at offset " + std::to_string(offset) +
+                      ": the range passes the largest offset");
     }
     if (!is_aligned(offset, set.required_alignment())) {
-        detail::throw_invalid("striped " + std::string(to_string(op)) + " at offset " +
-                              std::to_string(offset) + ": the offset is not a multiple of " +
-                              std::to_string(set.required_alignment()) +
-                              " bytes, which O_DIRECT on the set's files requires");
+        throw_invalid("striped " + std::string(to_string(op)) + " at offset " +
+                      std::to_string(offset) + ": the offset is not a multiple of " +
+                      std::to_string(set.required_alignment()) +
+                      " bytes, which O_DIRECT on the set's files requires");
     }
     // Cut the range at stripe unit boundaries; piece i of file d keeps its logical position.
     const std::size_t width = set.width();
-    std::vector<std::vector<batch_request>> shares(width);
+    std::vector<std::vector<batch_request>> requests(width);
     std::vector<std::vector<std::size_t>> positions(width);
     auto* bytes = static_cast<std::byte*>(buffer);
     for (std::size_t at = 0; at < length;) {
@@ -142,73 +144,72 @@ transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& s
             set.stripe_unit() - static_cast<std::size_t>(logical % set.stripe_unit());
         const std::size_t piece = std::min(room, length - at);
         const stripe_location where = set.locate(logical);
-        shares[where.file_index].push_back({bytes + at, piece, where.offset});
+        requests[where.file_index].push_back({bytes + at, piece, where.offset});
         positions[where.file_index].push_back(at);
         at += piece;
     }
     // Every share is checked before any moves, so that a bad one moves nothing.
     for (std::size_t d = 0; d < width; ++d)
-        detail::check_batch(set.files()[d], op, shares[d], options);
-    std::vector<batch_outcome> outcomes(width);
-    context.run(width, [&](std::size_t d, basic_aio_context<Backend>& worker) {
-        outcomes[d] = detail::run_batch(worker, set.files()[d], op, shares[d], options);
-    });
-    // The first failed piece in logical order is the failure, unless a read's data ended
-    // before it; otherwise the first short piece ends the data.
-    std::size_t end = length;
-    std::size_t failure_at = length;
-    for (std::size_t d = 0; d < width; ++d) {
-        for (std::size_t i = 0; i < shares[d].size(); ++i) {
-            const batch_result& r = outcomes[d].results[i];
-            const std::size_t at = positions[d][i];
-            if (r.failure) {
-                if (at < failure_at) {
-                    failure_at = at;
-                    failure = r.failure;
-                }
-            } else if (r.bytes < shares[d][i].length) {
-                end = std::min(end, at + r.bytes);
-            }
+        check_batch(set.files()[d], op, requests[d], options);
+    std::vector<share> shares;
+    spread(context, width, shares, [&](std::size_t d, auto& worker, share& mine) {
+        batch_outcome done = run_batch(worker, set.files()[d], op, requests[d], options);
+        for (std::size_t i = 0; i < requests[d].size(); ++i) {
+            batch_result& r = done.results[i];
+            mine.pieces.push_back(
+                {positions[d][i], requests[d][i].length, r.bytes, std::move(r.failure)});
         }
-    }
-    if (failure && op == operation::read && failure_at >= end) failure = {};
-    result.bytes = failure ? 0 : end;
-    if (options.config.measure) {
-        std::vector<const transfer_perf*> pieces;
-        for (const batch_outcome& o : outcomes)
-            pieces.push_back(&o.perf);
-        result.perf = detail::merge_perf(pieces, result.bytes, start);
-    }
+        mine.perf.push_back(done.perf);
+    });
+    result.bytes = settle(op, length, shares, failure);
+    if (options.config.measure) result.perf = merged_perf(shares, result.bytes, start);
     return result;
 }
 
-/// As above; throws io_error on failure.
+}  // namespace detail
+
+/// Moves `length` bytes between `buffer` and logical `offset` of `set`, each file's share on its
+/// own worker of `context`; throws io_error for the failure at the lowest logical offset, naming
+/// the file and the file offset. A read returns the bytes up to the first logical byte that does
+/// not exist. Throws std::invalid_argument for an offset off the alignment.
 template <class Backend>
-transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& set, operation op,
-                         void* buffer, std::size_t length, std::uint64_t offset,
-                         const batch_options& options = {}) {
+[[nodiscard]] transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& set,
+                                       operation op, void* buffer, std::size_t length,
+                                       std::uint64_t offset, const batch_options& options = {}) {
     io_failure failure;
-    transfer_result result = transfer(context, set, op, buffer, length, offset, options, failure);
+    transfer_result result =
+        detail::striped_transfer(context, set, op, buffer, length, offset, options, failure);
     detail::throw_if(failure);
     return result;
 }
 
-/// As above; reports failure through `ec`.
+/// As above; reports I/O failure through `ec` (bad parameters still throw).
 template <class Backend>
-transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& set, operation op,
-                         void* buffer, std::size_t length, std::uint64_t offset,
-                         const batch_options& options, std::error_code& ec) {
+[[nodiscard]] transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& set,
+                                       operation op, void* buffer, std::size_t length,
+                                       std::uint64_t offset, const batch_options& options,
+                                       std::error_code& ec) {
     io_failure failure;
-    transfer_result result = transfer(context, set, op, buffer, length, offset, options, failure);
+    transfer_result result =
+        detail::striped_transfer(context, set, op, buffer, length, offset, options, failure);
     ec = failure.code;
     return result;
 }
 
 /// Reads `length` bytes at logical `offset` of `set` into `buffer`; throws io_error on failure.
 template <class Backend>
-transfer_result read(basic_parallel_context<Backend>& context, stripe_set& set, void* buffer,
-                     std::size_t length, std::uint64_t offset, const batch_options& options = {}) {
+[[nodiscard]] transfer_result read(basic_parallel_context<Backend>& context, stripe_set& set,
+                                   void* buffer, std::size_t length, std::uint64_t offset,
+                                   const batch_options& options = {}) {
     return transfer(context, set, operation::read, buffer, length, offset, options);
+}
+
+/// Reads; reports failure through `ec`.
+template <class Backend>
+[[nodiscard]] transfer_result read(basic_parallel_context<Backend>& context, stripe_set& set,
+                                   void* buffer, std::size_t length, std::uint64_t offset,
+                                   const batch_options& options, std::error_code& ec) {
+    return transfer(context, set, operation::read, buffer, length, offset, options, ec);
 }
 
 /// Writes `length` bytes from `buffer` at logical `offset` of `set`; throws io_error on failure.
@@ -217,6 +218,15 @@ transfer_result write(basic_parallel_context<Backend>& context, stripe_set& set,
                       std::size_t length, std::uint64_t offset, const batch_options& options = {}) {
     return transfer(context, set, operation::write, const_cast<void*>(buffer), length, offset,
                     options);
+}
+
+/// Writes; reports failure through `ec`.
+template <class Backend>
+transfer_result write(basic_parallel_context<Backend>& context, stripe_set& set, const void* buffer,
+                      std::size_t length, std::uint64_t offset, const batch_options& options,
+                      std::error_code& ec) {
+    return transfer(context, set, operation::write, const_cast<void*>(buffer), length, offset,
+                    options, ec);
 }
 
 }  // namespace nvmeio

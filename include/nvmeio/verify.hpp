@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nvmeio/compare.hpp"
+#include "nvmeio/detail/file_door.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 
@@ -32,18 +33,17 @@ struct verify_result {
 /// How much memory `verify_read` uses for its chunk by default.
 inline constexpr std::size_t default_verify_chunk = std::size_t{8} << 20;
 
-/// Compares `length` bytes of `buffer` with bytes `[offset, offset + length)` of the file at
-/// `path`, read with buffered I/O in chunks of `chunk_size` (the file is never loaded whole a
-/// second time). Reports failure to open or read through `failure`.
-inline verify_result verify_read(const std::string& path, const void* buffer, std::size_t length,
-                                 std::uint64_t offset, io_failure& failure,
-                                 std::size_t chunk_size = default_verify_chunk) {
+namespace detail {
+
+// verify_read, recording a failure to open or read in `failure`.
+inline verify_result verify_into(const std::string& path, const void* buffer, std::size_t length,
+                                 std::uint64_t offset, std::size_t chunk_size,
+                                 io_failure& failure) {
     failure = {};
     verify_result result;
     result.requested = length;
-    if (chunk_size == 0)
-        detail::throw_invalid("verify_read: chunk_size must be at least 1 (got 0)");
-    if (length != 0 && buffer == nullptr) detail::throw_invalid("verify_read: the buffer is null");
+    if (chunk_size == 0) throw_invalid("verify_read: chunk_size must be at least 1 (got 0)");
+    if (length != 0 && buffer == nullptr) throw_invalid("verify_read: the buffer is null");
     std::error_code ec;
     file reference = file::open(path, open_mode::read, direct_io::off, ec);
     if (ec) {
@@ -55,7 +55,8 @@ inline verify_result verify_read(const std::string& path, const void* buffer, st
     std::size_t& done = result.file_bytes;
     while (done < length) {
         const std::size_t want = std::min(chunk.size(), length - done);
-        const std::size_t got = reference.read_at(chunk.data(), want, offset + done, failure);
+        const std::size_t got =
+            file_door::read_at(reference, chunk.data(), want, offset + done, failure);
         if (failure) return result;
         const mismatch_summary part = count_mismatches(expected + done, chunk.data(), got);
         if (part.count != 0) {
@@ -70,22 +71,27 @@ inline verify_result verify_read(const std::string& path, const void* buffer, st
     return result;
 }
 
-/// As above; throws io_error when the file cannot be opened or read.
-inline verify_result verify_read(const std::string& path, const void* buffer, std::size_t length,
-                                 std::uint64_t offset,
-                                 std::size_t chunk_size = default_verify_chunk) {
+}  // namespace detail
+
+/// Compares `length` bytes of `buffer` with bytes `[offset, offset + length)` of the file at
+/// `path`, read with buffered I/O in chunks of `chunk_size` (the file is never loaded whole a
+/// second time). Throws io_error when the file cannot be opened or read.
+[[nodiscard]] inline verify_result verify_read(const std::string& path, const void* buffer,
+                                               std::size_t length, std::uint64_t offset,
+                                               std::size_t chunk_size = default_verify_chunk) {
     io_failure failure;
-    verify_result result = verify_read(path, buffer, length, offset, failure, chunk_size);
+    verify_result result = detail::verify_into(path, buffer, length, offset, chunk_size, failure);
     detail::throw_if(failure);
     return result;
 }
 
-/// As above; reports failure through `ec`.
-inline verify_result verify_read(const std::string& path, const void* buffer, std::size_t length,
-                                 std::uint64_t offset, std::error_code& ec,
-                                 std::size_t chunk_size = default_verify_chunk) {
+/// As above; reports failure to open or read through `ec`.
+[[nodiscard]] inline verify_result verify_read(const std::string& path, const void* buffer,
+                                               std::size_t length, std::uint64_t offset,
+                                               std::error_code& ec,
+                                               std::size_t chunk_size = default_verify_chunk) {
     io_failure failure;
-    verify_result result = verify_read(path, buffer, length, offset, failure, chunk_size);
+    verify_result result = detail::verify_into(path, buffer, length, offset, chunk_size, failure);
     ec = failure.code;
     return result;
 }

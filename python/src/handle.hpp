@@ -96,14 +96,15 @@ class engine_on final : public engine {
     std::size_t move(request& r, const nvmeio::transfer_config& config) override {
         const nvmeio::dio_alignment& a = r.file.alignment();
         if (!r.file.is_direct() || nvmeio::is_aligned(r.data, a.memory)) {
-            return context_.transfer(r.file, r.op, r.data, r.length, r.offset, config).bytes;
+            return nvmeio::transfer(context_, r.file, r.op, r.data, r.length, r.offset, config)
+                .bytes;
         }
         nvmeio::batch_options options;
         options.config = config;
-        const nvmeio::batch_outcome outcome =
-            nvmeio::transfer_batch(context_, r.file, r.op, {{r.data, r.length, r.offset}}, options);
-        nvmeio::detail::throw_if(outcome.results[0].failure);
-        return outcome.results[0].bytes;
+        return nvmeio::transfer_batch(context_, r.file, r.op, {{r.data, r.length, r.offset}},
+                                      options)
+            .results[0]
+            .bytes;
     }
 
   private:

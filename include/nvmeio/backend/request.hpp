@@ -15,18 +15,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nvmeio/transfer.hpp"
+
 namespace nvmeio {
-
-/// Read or write.
-enum class operation {
-    read,   ///< File to memory.
-    write,  ///< Memory to file.
-};
-
-/// Name of an operation, for messages and reports.
-[[nodiscard]] constexpr const char* to_string(operation op) noexcept {
-    return op == operation::read ? "read" : "write";
-}
 
 /// One asynchronous request: `length` bytes between `buffer` and `offset` of descriptor `fd`.
 struct io_request {

@@ -23,7 +23,6 @@
 #include <string>
 #include <vector>
 
-#include "nvmeio/aio_context.hpp"
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/backend/request.hpp"
 #include "nvmeio/detail/engine_scratch.hpp"
@@ -31,9 +30,11 @@
 #include "nvmeio/detail/retry_budget.hpp"
 #include "nvmeio/detail/segment.hpp"
 #include "nvmeio/detail/spin_backoff.hpp"
+#include "nvmeio/detail/sync_tail.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/perf.hpp"
+#include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
 namespace detail {
@@ -43,11 +44,12 @@ class engine {
     using clock = std::chrono::steady_clock;
 
   public:
-    engine(basic_aio_context<Backend>& context, file& target, operation op, segment* segments,
-           std::size_t count, engine_settings settings)
-        : backend_(context.backend()),
-          queue_depth_(context.queue_depth()),
-          block_size_(context.block_size()),
+    // What a context hands the engine: its backend, its options and its working memory.
+    engine(Backend& backend, const context_options& options, engine_scratch& scratch, file& target,
+           operation op, segment* segments, std::size_t count, engine_settings settings)
+        : backend_(backend),
+          queue_depth_(options.queue_depth),
+          block_size_(options.block_size),
           request_size_(block_size_),
           slot_count_(queue_depth_),
           file_(target),
@@ -57,17 +59,17 @@ class engine {
           unit_(target.required_alignment()),
           settings_(settings),
           perf_(settings.perf),
-          state_(context.scratch().state),
-          slots_(context.scratch().slots),
-          free_(context.scratch().free),
-          pending_(context.scratch().pending),
-          completions_(context.scratch().completions),
-          remnants_(context.scratch().remnants),
-          submit_samples_(context.scratch().submit_samples),
-          completion_samples_(context.scratch().completion_samples),
-          spin_(context.options().spin),
-          backoff_(context.scratch().backoff),
-          pages_(context.scratch().pages) {}
+          state_(scratch.state),
+          slots_(scratch.slots),
+          free_(scratch.free),
+          pending_(scratch.pending),
+          completions_(scratch.completions),
+          remnants_(scratch.remnants),
+          submit_samples_(scratch.submit_samples),
+          completion_samples_(scratch.completion_samples),
+          spin_(options.spin),
+          backoff_(scratch.backoff),
+          pages_(scratch.pages) {}
 
     void run() {
         const clock::time_point start = perf_ != nullptr ? clock::now() : clock::time_point{};
@@ -117,7 +119,7 @@ class engine {
             }
             reap(settings_.drain_before_refill ? inflight_ : 1);
         }
-        finish_synchronously();
+        finish_synchronously(file_, op_, segments_, count_, state_, remnants_);
 
         std::uint64_t moved = 0;
         for (std::size_t i = 0; i < count_; ++i) {
@@ -423,36 +425,6 @@ class engine {
         ++resubmissions_;
     }
 
-    // Short-result remnants and unaligned tails go through the file's synchronous path, which
-    // merges partial alignment units through a bounce buffer.
-    void finish_synchronously() {
-        std::sort(remnants_.begin(), remnants_.end());
-        std::size_t r = 0;
-        for (std::size_t i = 0; i < count_; ++i) {
-            segment& g = segments_[i];
-            segment_state& st = state_[i];
-            const std::size_t first = r;
-            while (r < remnants_.size() && remnants_[r].segment == i)
-                ++r;
-            if (g.failure) continue;
-            auto move = [&](std::size_t position, std::size_t length) {
-                if (op_ == operation::write) {
-                    file_.write_at(g.memory + position, length, g.offset + position, g.failure);
-                    return !g.failure;
-                }
-                if (position >= st.end_of_data) return false;
-                const std::size_t got =
-                    file_.read_at(g.memory + position, length, g.offset + position, g.failure);
-                if (got < length) st.end_of_data = std::min(st.end_of_data, position + got);
-                return !g.failure;
-            };
-            bool going = true;
-            for (std::size_t k = first; k < r && going; ++k)
-                going = move(remnants_[k].position, remnants_[k].length);
-            if (going && st.body < g.length) move(st.body, g.length - st.body);
-        }
-    }
-
     Backend& backend_;
     const unsigned queue_depth_;
     const std::size_t block_size_;
@@ -487,15 +459,6 @@ class engine {
     spin_backoff& backoff_;       // in the context's scratch: it outlives a transfer
     pagemap& pages_;              // also the context's
 };
-
-/// Moves `segments` of `f` through `context`; afterwards each has its `bytes` and `failure`.
-template <class Backend>
-void move_segments(basic_aio_context<Backend>& context, file& f, operation op, segment* segments,
-                   std::size_t count, engine_settings settings) {
-    if (count == 0) return;
-    const auto busy = context.begin_transfer();  // one thread and the creating process only
-    engine<Backend>(context, f, op, segments, count, settings).run();
-}
 
 }  // namespace detail
 }  // namespace nvmeio

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nvmeio/detail/file_door.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/perf.hpp"
@@ -19,7 +20,7 @@ namespace nvmeio::detail {
 /// and XFS, which defeats the queue; and a reserved range is never cut by another writer's trim.
 inline io_failure reserve_write_range(file& f, std::uint64_t offset, std::size_t length) {
     io_failure failure;
-    f.reserve_range(offset, length, failure);
+    file_door::reserve_range(f, offset, length, failure);
     return failure;
 }
 
@@ -29,7 +30,7 @@ inline io_failure reserve_write_range(file& f, std::uint64_t offset, std::size_t
 /// the cut hold the file's size mutex, so a range another writer reserved meanwhile is left alone.
 inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uint64_t keep) {
     io_failure failure;
-    f.trim_padding(padded_end, keep, failure);
+    file_door::trim_padding(f, padded_end, keep, failure);
     return failure;
 }
 

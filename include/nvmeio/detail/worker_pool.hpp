@@ -1,7 +1,8 @@
 #pragma once
 /// \file detail/worker_pool.hpp
-/// Threads created once, each owning an aio context, that run posted jobs in order. The parallel
-/// and asynchronous front ends (parallel.hpp, async.hpp) are built on it.
+/// Threads created once, each owning a context (a basic_aio_context), that run posted jobs in
+/// order. The parallel and asynchronous contexts (parallel_context.hpp, async.hpp) are built on
+/// it.
 ///
 /// fork: a child inherits the pool's memory but not its threads. Destroying the pool there must
 /// not join threads that do not exist, lock a mutex one of them may have held, or destroy the
@@ -16,25 +17,27 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "nvmeio/aio_context.hpp"
 #include "nvmeio/detail/context_guard.hpp"
+#include "nvmeio/error.hpp"
 
 namespace nvmeio {
 namespace detail {
 
-template <class Backend>
+template <class Context>
 class worker_pool {
   public:
-    using context_type = basic_aio_context<Backend>;
+    using context_type = Context;
+    using options_type = std::decay_t<decltype(std::declval<const Context&>().options())>;
     // Called with the worker's context, or with nullptr when the job is cancelled before it ran.
     using job = std::function<void(context_type*)>;
 
     // Creates every context first (so a refused setup throws before any thread exists), then
     // the threads.
-    worker_pool(unsigned workers, context_options options)
+    worker_pool(unsigned workers, const options_type& options)
         : options_(options), queue_(std::make_unique<queue>()) {
         if (workers == 0) throw_invalid("the number of threads must be at least 1 (got 0)");
         contexts_.reserve(workers);
@@ -84,7 +87,7 @@ class worker_pool {
     }
 
     unsigned size() const noexcept { return static_cast<unsigned>(contexts_.size()); }
-    const context_options& options() const noexcept { return options_; }
+    const options_type& options() const noexcept { return options_; }
     // The process that created the pool (its threads exist only there).
     const creator_process& creator() const noexcept { return creator_; }
     // True on one of this pool's worker threads (a job that waits for the pool would hang).
@@ -132,7 +135,7 @@ class worker_pool {
         queue_->threads.clear();
     }
 
-    context_options options_;
+    options_type options_;
     creator_process creator_;
     std::vector<std::unique_ptr<context_type>> contexts_;
     std::unique_ptr<queue> queue_;  // released, not destroyed, in a child after fork

@@ -1,9 +1,10 @@
 #pragma once
-/// \file detail/file_open.hpp
+/// \file impl/file_open.hpp
 /// nvmeio::file's opening: which files it refuses and why, the open itself (O_DIRECT, or why
 /// not), and its size.
 
-#include "nvmeio/file.hpp"
+// The definitions of members declared in file.hpp, which includes this after the class (this
+// file is not meant to be included on its own).
 
 namespace nvmeio {
 

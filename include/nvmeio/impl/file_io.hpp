@@ -1,9 +1,10 @@
 #pragma once
-/// \file detail/file_io.hpp
+/// \file impl/file_io.hpp
 /// nvmeio::file's synchronous reads and writes: the plain loops, and the ranges O_DIRECT cannot
 /// take as they are (bounced through whole alignment units, merged with the file's bytes).
 
-#include "nvmeio/file.hpp"
+// The definitions of members declared in file.hpp, which includes this after the class (this
+// file is not meant to be included on its own).
 
 namespace nvmeio {
 

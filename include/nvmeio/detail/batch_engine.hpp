@@ -1,0 +1,355 @@
+#pragma once
+/// \file detail/batch_engine.hpp
+/// How a batch moves (batch.hpp has the rules a caller sees): requests sorted by file offset and
+/// coalesced into groups, groups moved in waves of engine segments that keep one queue full, the
+/// bounce arena for what cannot go straight between the caller's memory and the file, and the
+/// merge of a written group's last partial unit with the file's bytes.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "nvmeio/aligned_allocator.hpp"
+#include "nvmeio/alignment.hpp"
+#include "nvmeio/detail/engine_door.hpp"
+#include "nvmeio/detail/front_end.hpp"
+#include "nvmeio/detail/segment.hpp"
+#include "nvmeio/error.hpp"
+#include "nvmeio/file.hpp"
+#include "nvmeio/transfer.hpp"
+
+namespace nvmeio {
+namespace detail {
+
+struct batch_group {
+    std::vector<std::size_t> members;  // request indices in file order
+    std::uint64_t offset = 0;
+    std::size_t length = 0;
+    bool contiguous_memory = true;
+};
+
+// Sorts and coalesces checked requests; throws std::invalid_argument for an unaligned request
+// that does not continue the one before it.
+inline std::vector<batch_group> plan_batch(const file& f,
+                                           const std::vector<batch_request>& requests,
+                                           const batch_options& options) {
+    std::vector<std::size_t> order;
+    order.reserve(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        if (requests[i].length != 0) order.push_back(i);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return requests[a].offset < requests[b].offset;
+    });
+    const std::size_t unit = f.is_direct() ? f.alignment().offset : 1;
+    std::vector<batch_group> groups;
+    for (std::size_t index : order) {
+        const batch_request& r = requests[index];
+        if (!groups.empty()) {
+            batch_group& g = groups.back();
+            const bool adjacent = g.offset + g.length == r.offset;
+            const bool must_join = !is_aligned(r.offset, unit);
+            // Both lengths are below 2^63 (check_batch), so the sum cannot wrap.
+            if (adjacent && (must_join || g.length + r.length <= options.max_io_size)) {
+                const batch_request& last = requests[g.members.back()];
+                g.contiguous_memory =
+                    g.contiguous_memory &&
+                    static_cast<std::byte*>(last.buffer) + last.length == r.buffer;
+                g.members.push_back(index);
+                g.length += r.length;
+                continue;
+            }
+        }
+        if (!is_aligned(r.offset, unit)) {
+            throw_bad_request(f, index, r,
+                              "the offset is not a multiple of " + std::to_string(unit) +
+                                  " bytes, which O_DIRECT on this file requires, and the request "
+                                  "does not continue the one before it in the file");
+        }
+        groups.push_back({{index}, r.offset, r.length, true});
+    }
+    return groups;
+}
+
+// True when a group goes without a copy: its buffers are adjacent in memory and start aligned,
+// or each is aligned and they average at least `min_direct_size` bytes.
+inline bool zero_copy(const file& f, const std::vector<batch_request>& requests,
+                      const batch_group& g, const batch_options& options) {
+    const std::size_t memory_unit = f.is_direct() ? f.alignment().memory : 1;
+    if (g.contiguous_memory) return is_aligned(requests[g.members.front()].buffer, memory_unit);
+    if (g.length / g.members.size() < options.min_direct_size) return false;
+    for (std::size_t index : g.members) {
+        if (!is_aligned(requests[index].buffer, memory_unit) ||
+            !is_aligned(requests[index].offset, f.required_alignment())) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// A wave of a batch as engine segments. A segment whose `span` is not 0 lives in the bounce
+// arena. A piece is the part of a request that one segment carries: `length` bytes at
+// `position` in the segment and at `from` in the request.
+struct batch_wave {
+    struct piece {
+        std::size_t request, position, from, length;
+    };
+    std::vector<segment> segments;
+    std::vector<std::size_t> first_piece{0};  // per segment, and one past the last
+    std::vector<piece> pieces;
+};
+
+// Before a wave of writes: bounced segments get the caller's bytes; those ending inside an
+// alignment unit first get the rest of that unit from the file, read through the queue. Returns
+// where the furthest padded write ends and where the file must end if that is past its end.
+template <class Context>
+std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
+    Context& context, file& f, batch_wave& w, const engine_settings& settings,
+    const std::vector<batch_request>& requests) {
+    const std::size_t unit = f.required_alignment();
+    std::vector<segment> units;
+    std::vector<std::size_t> owners;
+    for (std::size_t i = 0; i < w.segments.size(); ++i) {
+        const segment& s = w.segments[i];
+        if (s.span <= s.length) continue;
+        const auto start = static_cast<std::size_t>(align_down(s.length, unit));
+        units.push_back({s.memory + start, s.offset + start, unit, 0, 0, {}});
+        owners.push_back(i);
+    }
+    move_segments(context, f, operation::read, units.data(), units.size(), settings);
+    std::pair<std::uint64_t, std::uint64_t> furthest{0, 0};
+    for (std::size_t u = 0; u < units.size(); ++u) {
+        if (units[u].failure) {
+            w.segments[owners[u]].failure = units[u].failure;
+            w.segments[owners[u]].failure.operation = "read (merging an unaligned write)";
+        }
+        // Past the file's end the unit is zeros, as the file reads there.
+        std::memset(units[u].memory + units[u].bytes, 0, unit - units[u].bytes);
+        const segment& s = w.segments[owners[u]];
+        if (s.offset + s.span > furthest.first) {
+            furthest = {s.offset + s.span,
+                        std::max(s.offset + s.length, units[u].offset + units[u].bytes)};
+        }
+    }
+    for (std::size_t i = 0; i < w.segments.size(); ++i) {
+        for (std::size_t p = w.first_piece[i]; w.segments[i].span != 0 && p < w.first_piece[i + 1];
+             ++p) {
+            const batch_wave::piece& piece = w.pieces[p];
+            std::memcpy(w.segments[i].memory + piece.position,
+                        static_cast<const std::byte*>(requests[piece.request].buffer) + piece.from,
+                        piece.length);
+        }
+    }
+    return furthest;
+}
+
+// Moves the groups `which` (in that order) through `context`, in waves that each keep the
+// queue full. Results go to `results` (each request's own element, so workers running other
+// groups may share it), counts to `tally`, measurements (when asked) to `perf`.
+template <class Context>
+void run_groups(Context& context, file& f, operation op, const std::vector<batch_request>& requests,
+                const std::vector<batch_group>& groups, const std::vector<std::size_t>& which,
+                const batch_options& options, std::vector<batch_result>& results,
+                batch_outcome& tally, std::vector<transfer_perf>& perf) {
+    const std::size_t unit = f.required_alignment();
+    const std::size_t arena_alignment =
+        std::max<std::size_t>(f.is_direct() ? f.alignment().memory : 1, 4096);
+    // Whole units may be moved past a request's end only where the file is made of units.
+    const bool pad =
+        unit > 1 && (f.kind() == file_kind::regular || f.kind() == file_kind::block_device);
+    const std::size_t padding_unit = pad ? unit : 1;
+    auto slot_of = [&](std::size_t length) {
+        return static_cast<std::size_t>(align_up(length, std::max(unit, arena_alignment)));
+    };
+    // Arena bytes each group needs: all of it bounced, or the last partial unit of a zero-copy
+    // group (the only unaligned end such a group can have).
+    std::vector<bool> direct(which.size());
+    std::vector<std::size_t> needs(which.size());
+    std::size_t remaining = 0;
+    for (std::size_t k = 0; k < which.size(); ++k) {
+        const batch_group& g = groups[which[k]];
+        direct[k] = zero_copy(f, requests, g, options);
+        needs[k] = slot_of(direct[k] ? g.length % padding_unit : g.length);
+        // Overlapping requests may add up past SIZE_MAX: saturate (it only caps the arena).
+        remaining = needs[k] > SIZE_MAX - remaining ? SIZE_MAX : remaining + needs[k];
+    }
+
+    aligned_buffer arena;
+    for (std::size_t k = 0; k < which.size();) {
+        batch_wave w;
+        std::size_t arena_used = 0;
+        // A segment for bytes [from, to) of group g: from `memory`, or bounced when null.
+        auto add = [&](const batch_group& g, std::size_t from, std::size_t to, std::byte* memory) {
+            std::size_t span = 0;
+            if (memory == nullptr) {
+                memory = arena.data() + arena_used;
+                span = static_cast<std::size_t>(align_up(to - from, padding_unit));
+                arena_used += slot_of(to - from);
+                tally.bounced_bytes += to - from;
+            }
+            w.segments.push_back({memory, g.offset + from, to - from, span, 0, {}});
+            std::size_t at = 0;
+            for (std::size_t index : g.members) {
+                const std::size_t begin = std::max(at, from);
+                const std::size_t end = std::min(at + requests[index].length, to);
+                if (begin < end) w.pieces.push_back({index, begin - from, begin - at, end - begin});
+                at += requests[index].length;
+            }
+            w.first_piece.push_back(w.pieces.size());
+        };
+        for (; k < which.size(); ++k) {
+            const batch_group& g = groups[which[k]];
+            if (needs[k] != 0) {
+                if (arena_used != 0 && arena_used + needs[k] > options.bounce_size) break;
+                if (arena.capacity() < arena_used + needs[k]) {
+                    if (arena_used != 0) break;  // the arena grows between waves only
+                    arena =
+                        aligned_buffer(std::max(needs[k], std::min(options.bounce_size, remaining)),
+                                       arena_alignment);
+                }
+                remaining = remaining > needs[k] ? remaining - needs[k] : 0;
+            }
+            ++tally.ios;
+            if (!direct[k]) {
+                add(g, 0, g.length, nullptr);
+                continue;
+            }
+            // Runs of members adjacent in memory go as one segment each.
+            const std::size_t body = g.length - g.length % padding_unit;
+            std::size_t at = 0;
+            for (std::size_t m = 0; m < g.members.size() && at < body;) {
+                auto* memory = static_cast<std::byte*>(requests[g.members[m]].buffer);
+                std::size_t end = at + requests[g.members[m]].length;
+                for (++m; m < g.members.size() && g.contiguous_memory; ++m)
+                    end += requests[g.members[m]].length;
+                add(g, at, std::min(end, body), memory);
+                at = end;
+            }
+            if (body != g.length) add(g, body, g.length, nullptr);
+        }
+        engine_settings settings = settings_for(options.config, nullptr);
+        std::pair<std::uint64_t, std::uint64_t> padding{0, 0};  // see fill_bounced_writes
+        if (op == operation::write) {
+            engine_settings merge = settings;
+            if (options.config.measure) merge.perf = &perf.emplace_back();
+            padding = fill_bounced_writes(context, f, w, merge, requests);
+        }
+        if (options.config.measure) settings.perf = &perf.emplace_back();
+        move_segments(context, f, op, w.segments.data(), w.segments.size(), settings);
+        const io_failure trim = padding.first != 0
+                                    ? trim_write_padding(f, padding.first, padding.second)
+                                    : io_failure{};
+        for (std::size_t i = 0; i < w.segments.size(); ++i) {
+            const segment& done = w.segments[i];
+            const io_failure& failure = done.failure ? done.failure : trim;
+            for (std::size_t p = w.first_piece[i]; p < w.first_piece[i + 1]; ++p) {
+                const batch_wave::piece& piece = w.pieces[p];
+                batch_result& result = results[piece.request];
+                if (done.failure || (trim && done.span > done.length)) {
+                    if (!result.failure) result.failure = failure;
+                    result.bytes = 0;
+                }
+                if (result.failure) continue;
+                const std::size_t got = done.bytes > piece.position
+                                            ? std::min(piece.length, done.bytes - piece.position)
+                                            : 0;
+                if (done.span != 0 && op == operation::read && got != 0) {
+                    std::memcpy(
+                        static_cast<std::byte*>(requests[piece.request].buffer) + piece.from,
+                        done.memory + piece.position, got);
+                }
+                result.bytes += got;
+            }
+        }
+    }
+}
+
+// The bytes the batch's requests moved.
+inline std::uint64_t bytes_moved(const batch_outcome& outcome) {
+    std::uint64_t bytes = 0;
+    for (const batch_result& r : outcome.results)
+        bytes += r.bytes;
+    return bytes;
+}
+
+// A checked batch on one context.
+template <class Context>
+batch_outcome run_batch(Context& context, file& f, operation op,
+                        const std::vector<batch_request>& requests, const batch_options& options) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<batch_group> groups = plan_batch(f, requests, options);
+    batch_outcome outcome;
+    outcome.results.resize(requests.size());
+    std::vector<std::size_t> all(groups.size());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    std::vector<share> shares(1);
+    run_groups(context, f, op, requests, groups, all, options, outcome.results, outcome,
+               shares[0].perf);
+    if (options.config.measure) outcome.perf = merged_perf(shares, bytes_moved(outcome), start);
+    return outcome;
+}
+
+// A checked batch with its coalesced I/Os spread over the workers of a parallel context: each
+// worker takes a run of consecutive I/Os of about equal bytes. Written I/Os that end off the
+// alignment merge their last unit with the file; they run after the others, on one worker in
+// file order, so that cutting the file back to its size never races with another worker growing
+// it.
+template <class Parallel>
+batch_outcome spread_batch(Parallel& context, file& f, operation op,
+                           const std::vector<batch_request>& requests,
+                           const batch_options& options) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<batch_group> groups = plan_batch(f, requests, options);
+    const std::size_t unit = f.required_alignment();
+    std::vector<std::size_t> spread_groups;  // groups moved in parallel
+    std::vector<std::size_t> ragged;         // written groups ending off the alignment
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+        if (op == operation::write && !is_aligned(groups[i].offset + groups[i].length, unit)) {
+            ragged.push_back(i);
+        } else {
+            spread_groups.push_back(i);
+            total += groups[i].length;
+        }
+    }
+    const std::size_t workers = std::min<std::size_t>(context.threads(), spread_groups.size());
+    // Cut `spread_groups` into `workers` runs of about total / workers bytes each.
+    std::vector<std::size_t> cuts{0};
+    std::size_t running = 0;
+    for (std::size_t i = 0; i < spread_groups.size() && cuts.size() < workers; ++i) {
+        running += groups[spread_groups[i]].length;
+        if (running * workers >= total * cuts.size()) cuts.push_back(i + 1);
+    }
+    cuts.push_back(spread_groups.size());
+    batch_outcome outcome;
+    outcome.results.resize(requests.size());
+    std::vector<batch_outcome> tallies(cuts.size());  // the last one is for `ragged`
+    std::vector<share> shares;
+    spread(context, cuts.size() - 1, shares, [&](std::size_t part, auto& worker, share& mine) {
+        const std::vector<std::size_t> runs(
+            spread_groups.begin() + static_cast<std::ptrdiff_t>(cuts[part]),
+            spread_groups.begin() + static_cast<std::ptrdiff_t>(cuts[part + 1]));
+        run_groups(worker, f, op, requests, groups, runs, options, outcome.results, tallies[part],
+                   mine.perf);
+    });
+    if (!ragged.empty()) {
+        spread(context, 1, shares, [&](std::size_t, auto& worker, share& mine) {
+            run_groups(worker, f, op, requests, groups, ragged, options, outcome.results,
+                       tallies.back(), mine.perf);
+        });
+    }
+    for (const batch_outcome& t : tallies) {
+        outcome.ios += t.ios;
+        outcome.bounced_bytes += t.bounced_bytes;
+    }
+    if (options.config.measure) outcome.perf = merged_perf(shares, bytes_moved(outcome), start);
+    return outcome;
+}
+
+}  // namespace detail
+}  // namespace nvmeio

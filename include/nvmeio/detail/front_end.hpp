@@ -1,0 +1,197 @@
+#pragma once
+/// \file detail/front_end.hpp
+/// What every front end shares, so that each stands on the engine beside the others: the one
+/// precondition check of a transfer and of a batch, the run of one checked transfer, and the one
+/// splitter that spreads a front end's work over a parallel context's workers and settles what
+/// the pieces did (the first failure in range order, where a read's data ends, the measurements
+/// merged). It knows the contexts only as template parameters.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nvmeio/aligned_allocator.hpp"
+#include "nvmeio/alignment.hpp"
+#include "nvmeio/detail/engine_door.hpp"
+#include "nvmeio/detail/segment.hpp"
+#include "nvmeio/error.hpp"
+#include "nvmeio/file.hpp"
+#include "nvmeio/perf.hpp"
+#include "nvmeio/transfer.hpp"
+
+namespace nvmeio::detail {
+
+// Why a transfer may not proceed, or an empty string (no allocation) when it may.
+inline std::string transfer_problem(const file& f, operation op, const void* buffer,
+                                    std::size_t length, std::uint64_t offset,
+                                    std::size_t block_size) {
+    const auto what = [&] {  // built only for a message
+        return std::string(to_string(op)) + " of " + std::to_string(length) + " bytes at offset " +
+               std::to_string(offset) + " in '" + f.path() + "': ";
+    };
+    if (!f.is_open()) return what() + "the file is not open";
+    if (op == operation::write && f.mode() == open_mode::read) {
+        return what() + "the file was opened with open_mode::read";
+    }
+    if (length == 0) return {};
+    if (buffer == nullptr) return what() + "the buffer is null";
+    if (offset > std::numeric_limits<std::uint64_t>::max() - length ||
+        offset + length > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
+        return what() + "the range passes the largest file offset";
+    }
+    if (!f.is_direct()) return {};
+    const dio_alignment& a = f.alignment();
+    if (!is_aligned(buffer, a.memory)) {
+        char address[32];
+        std::snprintf(address, sizeof address, "%p", buffer);
+        return what() + "buffer address " + address + " is not a multiple of " +
+               std::to_string(a.memory) +
+               " bytes, which O_DIRECT on this file requires (use aligned_buffer or "
+               "aligned_allocator, or open the file with direct_io::off)";
+    }
+    if (!is_aligned(offset, a.offset)) {
+        return what() + "the offset is not a multiple of " + std::to_string(a.offset) +
+               " bytes, which O_DIRECT on this file requires (use file::read_at/write_at for "
+               "unaligned ranges)";
+    }
+    if (!is_aligned(block_size, a.strictest())) {
+        return what() + "block_size " + std::to_string(block_size) + " is not a multiple of " +
+               std::to_string(a.strictest()) + " bytes, the O_DIRECT alignment of this file";
+    }
+    return {};
+}
+
+// The one precondition check of every transfer front end (the O_DIRECT rules of strategy.hpp).
+inline void check_transfer(const file& f, operation op, const void* buffer, std::size_t length,
+                           std::uint64_t offset, std::size_t block_size) {
+    std::string problem = transfer_problem(f, op, buffer, length, offset, block_size);
+    if (!problem.empty()) throw_invalid(problem);
+}
+
+// A raw pointer carries no size; an aligned_buffer does, so a length it cannot hold is refused
+// before anything touches memory past its end.
+inline void check_buffer_holds(const aligned_buffer& buffer, std::size_t length, operation op,
+                               const file& f, std::uint64_t offset) {
+    if (length > buffer.size()) {
+        throw_invalid(std::string(to_string(op)) + " of " + std::to_string(length) +
+                      " bytes at offset " + std::to_string(offset) + " in '" + f.path() +
+                      "': the buffer holds only " + std::to_string(buffer.size()) + " bytes");
+    }
+}
+
+[[noreturn]] inline void throw_bad_request(const file& f, std::size_t index, const batch_request& r,
+                                           const std::string& why) {
+    throw_invalid("batch request " + std::to_string(index) + " (" + std::to_string(r.length) +
+                  " bytes at offset " + std::to_string(r.offset) + " in '" + f.path() +
+                  "'): " + why);
+}
+
+// The one check of a batch's settings and requests (messages are built only on failure).
+inline void check_batch(const file& f, operation op, const std::vector<batch_request>& requests,
+                        const batch_options& options) {
+    if (options.max_io_size == 0) throw_invalid("batch max_io_size must be at least 1 (got 0)");
+    if (options.bounce_size == 0) throw_invalid("batch bounce_size must be at least 1 (got 0)");
+    if (!f.is_open()) throw_invalid("batch on '" + f.path() + "': the file is not open");
+    if (op == operation::write && f.mode() == open_mode::read) {
+        throw_invalid("write batch on '" + f.path() +
+                      "': the file was opened with open_mode::read");
+    }
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        const batch_request& r = requests[i];
+        if (r.length == 0) continue;
+        if (r.buffer == nullptr) throw_bad_request(f, i, r, "the buffer is null");
+        if (r.offset > std::numeric_limits<std::uint64_t>::max() - r.length ||
+            r.offset + r.length > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
+            throw_bad_request(f, i, r, "the range passes the largest file offset");
+        }
+    }
+}
+
+// How the engine runs for a transfer's configuration.
+inline engine_settings settings_for(const transfer_config& config, transfer_perf* perf) {
+    return {config.strategy == strategy_kind::sequential, config.submit == submit_mode::single,
+            config.measure ? perf : nullptr};
+}
+
+// A checked transfer on one aio context: one segment through the engine.
+template <class Context>
+transfer_result run_transfer(Context& context, file& f, operation op, void* buffer,
+                             std::size_t length, std::uint64_t offset,
+                             const transfer_config& config, io_failure& failure) {
+    transfer_result result;
+    failure = {};
+    if (length == 0) return result;
+    segment one{static_cast<std::byte*>(buffer), offset, length, 0, 0, {}};
+    move_segments(context, f, op, &one, 1, settings_for(config, &result.perf));
+    result.bytes = one.bytes;
+    failure = std::move(one.failure);
+    return result;
+}
+
+// What one worker's share of a front end's work did: the parts of a logical range it moved
+// (front ends that move one range), and its measurements (when measuring).
+struct share {
+    struct piece {
+        std::size_t at = 0;      // where the piece starts in the range
+        std::size_t length = 0;  // bytes asked
+        std::size_t bytes = 0;   // bytes moved
+        io_failure failure;
+    };
+    std::vector<piece> pieces;
+    std::vector<transfer_perf> perf;
+};
+
+// The one splitter: runs share i of `count` as `job(i, worker, share)` on the workers of a
+// parallel context (each job on one worker's aio context) and returns the shares when all have
+// finished, appended to `shares`.
+template <class Parallel, class Job>
+void spread(Parallel& context, std::size_t count, std::vector<share>& shares, Job&& job) {
+    const std::size_t first = shares.size();
+    shares.resize(first + count);
+    context.run(count, [&](std::size_t i, typename Parallel::worker_context& worker) {
+        job(i, worker, shares[first + i]);
+    });
+}
+
+// What the pieces of one range did, as one: the first failed piece in range order is the
+// failure, unless a read's data ended before it; otherwise the range ends at the first piece that
+// came up short. Returns the bytes moved (0 on failure).
+inline std::size_t settle(operation op, std::size_t length, const std::vector<share>& shares,
+                          io_failure& failure) {
+    failure = {};
+    std::size_t end = length;
+    std::size_t failure_at = length;
+    for (const share& s : shares) {
+        for (const share::piece& p : s.pieces) {
+            if (p.failure) {
+                if (p.at < failure_at) {
+                    failure_at = p.at;
+                    failure = p.failure;
+                }
+            } else if (p.bytes < p.length) {
+                end = std::min(end, p.at + p.bytes);
+            }
+        }
+    }
+    if (failure && op == operation::read && failure_at >= end) failure = {};
+    return failure ? 0 : end;
+}
+
+// The shares' measurements as one, over the time since `start`.
+inline transfer_perf merged_perf(const std::vector<share>& shares, std::uint64_t bytes,
+                                 std::chrono::steady_clock::time_point start) {
+    std::vector<const transfer_perf*> parts;
+    for (const share& s : shares) {
+        for (const transfer_perf& p : s.perf)
+            parts.push_back(&p);
+    }
+    return merge_perf(parts, bytes, start);
+}
+
+}  // namespace nvmeio::detail

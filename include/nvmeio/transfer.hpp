@@ -1,0 +1,159 @@
+#pragma once
+/// \file transfer.hpp
+/// The vocabulary every front end speaks: which way bytes move, how a transfer runs, what it
+/// reports, the requests and outcomes of batches, and the options of every context. It defines
+/// words only; the front ends (strategy.hpp, parallel.hpp, async.hpp, batch.hpp, stripe.hpp,
+/// verify.hpp) each include it, and none includes another.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "nvmeio/error.hpp"
+#include "nvmeio/perf.hpp"
+
+namespace nvmeio {
+
+/// Read or write.
+enum class operation {
+    read,   ///< File to memory.
+    write,  ///< Memory to file.
+};
+
+/// Name of an operation, for messages and reports.
+[[nodiscard]] constexpr const char* to_string(operation op) noexcept {
+    return op == operation::read ? "read" : "write";
+}
+
+/// How requests are handed to the backend.
+enum class submit_mode {
+    single,  ///< One request per submission call (DeepSpeed's single_submit = true).
+    /// Ready requests in as few calls as keep the device busy: one call takes what is ready, up
+    /// to as many as are already in flight (one when none is), so an idle queue is started with
+    /// one request, then 1, 2, 4... and a busy one takes everything ready at once. (The kernel
+    /// holds back every request of a multi-request call until the call returns.)
+    block,
+};
+
+/// Name of a submit mode, for reports.
+[[nodiscard]] constexpr const char* to_string(submit_mode mode) noexcept {
+    return mode == submit_mode::single ? "single" : "block";
+}
+
+/// When new requests are issued.
+enum class strategy_kind {
+    /// Submit a round of up to queue-depth requests, reap all of them, repeat.
+    sequential,
+    /// Keep up to queue-depth requests in flight: submit new ones as completions arrive.
+    overlapped,
+};
+
+/// Name of a strategy, for reports.
+[[nodiscard]] constexpr const char* to_string(strategy_kind kind) noexcept {
+    return kind == strategy_kind::sequential ? "sequential" : "overlapped";
+}
+
+/// How one transfer runs: the strategy, the submit mode, and whether it is measured.
+struct transfer_config {
+    strategy_kind strategy = strategy_kind::overlapped;  ///< When requests are issued.
+    submit_mode submit = submit_mode::block;             ///< How requests are submitted.
+    /// Record latencies and time into `transfer_result::perf` (off: no clock reads, no samples).
+    bool measure = false;
+};
+
+/// What a transfer did.
+struct transfer_result {
+    /// Bytes moved: the requested length, except for a read that met the end of the file, where
+    /// it is the bytes that exist. The buffer's bytes from there up to the requested length are
+    /// unspecified (O_DIRECT transfers whole alignment units); none past the length is touched.
+    std::size_t bytes = 0;
+    /// Filled when measuring was asked for.
+    transfer_perf perf;
+};
+
+/// How deep a context's queue is and how large each request is.
+struct context_options {
+    /// Requests in flight at once (>= 1, <= fs.aio-max-nr for libaio).
+    unsigned queue_depth = 32;
+    /// Bytes per request (>= 1). On an O_DIRECT file it must be a multiple of the file's
+    /// alignment; that is checked when a transfer starts, because it depends on the file.
+    std::size_t block_size = std::size_t{1} << 20;
+    /// How long a wait for completions first polls the completion ring from user space before
+    /// it sleeps in the kernel; 0 (the default) always sleeps at once. Polling burns the
+    /// waiting thread's CPU but skips the sleep and wake-up, which on a fast device (or a VM,
+    /// where waking a halted vCPU is dear) can cost more than the I/O itself: see
+    /// docs/PERFORMANCE.md ("Waiting for completions"). From the second poll in a row that runs
+    /// out of time, the next waits sleep at once (1, 2, 4, ... up to 64 of them before polling
+    /// again), so a device slower than the limit costs almost nothing extra, while one slow
+    /// completion among quick ones costs only its own wait. At most 1 second.
+    std::chrono::microseconds spin{0};
+};
+
+/// How many threads a parallel context has and what each thread's context looks like.
+struct parallel_options {
+    /// Worker threads, each owning one context (>= 1).
+    unsigned threads = 4;
+    /// Queue depth and block size of every worker's context.
+    context_options context{};
+    /// Smallest piece worth a thread of its own; 0 means the context's block size. A transfer
+    /// shorter than `threads * min_piece_size` uses fewer threads.
+    std::size_t min_piece_size = 0;
+};
+
+/// How many transfers an async context runs at once and what each worker's context looks like.
+struct async_options {
+    /// Worker threads (>= 1): transfers running at the same time.
+    unsigned threads = 2;
+    /// Queue depth and block size of every worker's context.
+    context_options context{};
+};
+
+/// One request of a batch: `length` bytes between `buffer` and `offset` of the batch's file.
+struct batch_request {
+    void* buffer = nullptr;    ///< Memory side (any alignment).
+    std::size_t length = 0;    ///< Bytes.
+    std::uint64_t offset = 0;  ///< File offset.
+};
+
+/// What happened to one request.
+struct batch_result {
+    /// Bytes moved: the length, except for a read meeting the end of the file, or 0 on failure.
+    std::size_t bytes = 0;
+    /// The failure of the I/O that carried this request, if it failed.
+    io_failure failure;
+};
+
+/// How a batch (and a stripe's share of a transfer) is coalesced and moved.
+struct batch_options {
+    /// Largest coalesced I/O in bytes (>= 1). A run of requests that cannot be cut at an aligned
+    /// offset may exceed it.
+    std::size_t max_io_size = std::size_t{8} << 20;
+    /// Aligned requests averaging at least this many bytes go member by member without a copy;
+    /// smaller ones are coalesced through the bounce arena.
+    std::size_t min_direct_size = std::size_t{256} << 10;
+    /// Bytes of bounce arena in flight at once (rounded up to hold the largest bounced group,
+    /// never more than the batch bounces); more bounced bytes than this move in successive waves.
+    std::size_t bounce_size = std::size_t{64} << 20;
+    /// Strategy and submit mode of the batch's I/Os; `measure` fills `batch_outcome::perf`.
+    transfer_config config{};
+};
+
+/// What a batch did.
+struct batch_outcome {
+    std::vector<batch_result> results;  ///< One per request, in the caller's order.
+    std::size_t ios = 0;            ///< I/Os issued after coalescing (each then split in blocks).
+    std::size_t bounced_bytes = 0;  ///< Bytes that went through the bounce arena.
+    /// With `batch_options::config.measure`: the batch's latencies, requests, time and bytes.
+    transfer_perf perf;
+
+    /// Index of the first request (in the caller's order) that failed, or `results.size()`.
+    [[nodiscard]] std::size_t first_failure() const noexcept {
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            if (results[i].failure) return i;
+        }
+        return results.size();
+    }
+};
+
+}  // namespace nvmeio

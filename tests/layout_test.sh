@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The floors of include/nvmeio/, which a reviewer would otherwise check by eye:
+#  - a front end (strategy, batch, parallel, async, stripe, verify) includes the vocabulary, the
+#    contexts, the lower public headers and detail/, never another front end;
+#  - detail/ lies below the public headers it serves: it includes detail/ and the lower public
+#    headers only (never a context, a front end or the umbrella);
+#  - impl/ holds member definitions that file.hpp includes; they include nothing of nvmeio's.
+# Prints every include that breaks a rule and fails if there is one.
+set -euo pipefail
+root=${1:-$(dirname "$0")/../include}
+cd "$root/nvmeio"
+front_ends="strategy batch parallel async stripe verify"
+lower="error perf alignment transfer file aligned_allocator compare version backend/request"
+is_in() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
+includes() { sed -n 's|^#include "nvmeio/\(.*\)\.hpp"|\1|p' "$1.hpp"; }
+bad=0
+report() { echo "layout: $1.hpp includes nvmeio/$2.hpp: $3"; bad=1; }
+for f in $front_ends; do
+  for i in $(includes "$f"); do
+    if is_in "$i" $front_ends; then report "$f" "$i" "a front end includes another front end"; fi
+    if [[ $i == nvmeio ]]; then report "$f" "$i" "a front end includes the umbrella"; fi
+  done
+done
+for path in detail/*.hpp; do
+  f=${path%.hpp}
+  for i in $(includes "$f"); do
+    [[ $i == detail/* ]] && continue
+    is_in "$i" $lower && continue
+    report "$f" "$i" "detail/ includes a public header above it"
+  done
+done
+for path in impl/*.hpp; do
+  [[ -e $path ]] || continue
+  f=${path%.hpp}
+  for i in $(includes "$f"); do report "$f" "$i" "impl/ is included by file.hpp and includes nothing"; done
+done
+if [[ $bad == 0 ]]; then echo "layout: every include of include/nvmeio/ keeps to the floors"; fi
+exit $bad

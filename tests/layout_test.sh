@@ -2,9 +2,12 @@
 # The floors of include/nvmeio/, which a reviewer would otherwise check by eye:
 #  - a front end (strategy, batch, parallel, async, stripe, verify) includes the vocabulary, the
 #    contexts, the lower public headers and detail/, never another front end;
-#  - detail/ lies below the public headers it serves: it includes detail/ and the lower public
-#    headers only (never a context, a front end or the umbrella);
-#  - impl/ holds member definitions that file.hpp includes; they include nothing of nvmeio's.
+#  - detail/ lies below the public headers it serves: it includes detail/, impl/ and the lower
+#    public headers only (never a context, a front end or the umbrella), and those lower headers
+#    (file, the backends, the vocabulary) include no detail/;
+#  - impl/ holds what the lowest public headers (file.hpp, the backends) are made of: file's member
+#    definitions, the per-file size mutex, the cached process id; it includes nothing of nvmeio's,
+#    so that everything may stand on it.
 # Prints every include that breaks a rule and fails if there is one.
 set -euo pipefail
 root=${1:-$(dirname "$0")/../include}
@@ -24,15 +27,22 @@ done
 for path in detail/*.hpp; do
   f=${path%.hpp}
   for i in $(includes "$f"); do
-    [[ $i == detail/* ]] && continue
+    [[ $i == detail/* || $i == impl/* ]] && continue
     is_in "$i" $lower && continue
     report "$f" "$i" "detail/ includes a public header above it"
+  done
+done
+# The headers detail/ stands on must not stand on detail/ in turn.
+for f in $lower backend/libaio backend/io_uring backend/io_uring_support; do
+  [[ -e $f.hpp ]] || continue
+  for i in $(includes "$f"); do
+    if [[ $i == detail/* ]]; then report "$f" "$i" "a header under detail/ includes detail/"; fi
   done
 done
 for path in impl/*.hpp; do
   [[ -e $path ]] || continue
   f=${path%.hpp}
-  for i in $(includes "$f"); do report "$f" "$i" "impl/ is included by file.hpp and includes nothing"; done
+  for i in $(includes "$f"); do report "$f" "$i" "impl/ lies under everything and includes nothing"; done
 done
 if [[ $bad == 0 ]]; then echo "layout: every include of include/nvmeio/ keeps to the floors"; fi
 exit $bad

@@ -23,8 +23,8 @@
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
-#include "nvmeio/detail/size_lock.hpp"
 #include "nvmeio/error.hpp"
+#include "nvmeio/impl/size_lock.hpp"
 
 namespace nvmeio {
 
@@ -110,20 +110,11 @@ enum class file_kind {
 /// whole units only, so two writers of one unit each rewrite the other's bytes in it with what
 /// they read before (last writer wins for the whole unit). Buffered handles have no such unit.
 ///
-/// How: an O_DIRECT write whose length is not a unit multiple must write its last unit whole,
-/// which can grow the file past the writer's end; it then trims the file back. A trim to a size
-/// seen earlier would cut what another writer appended meanwhile, so every change of a regular
-/// file's size that nvmeio makes holds one mutex per file (device and inode), shared by every
-/// handle of that file in the process (detail/size_lock.hpp): a write first extends the file to
-/// its end (`reserve_range`: fallocate, else ftruncate up; never shrinking), after which its
-/// whole units never change the size; a last unit that passes the end is written and trimmed
-/// back under the mutex to the size that stood before it, which every other writer's end is
-/// already inside. The mutex is held for one fallocate, or for one merged unit and a truncate,
-/// never for a whole transfer. A second buffered descriptor for tails was not chosen: its page
-/// would be written back whole, and carry stale bytes over a neighbouring writer's O_DIRECT unit
-/// in the same page whenever the unit is smaller than a page (512-byte units are common).
-/// Writers in other processes are not covered: they do not share the mutex (use one process per
-/// file, or ranges whose ends are unit multiples, which never trim).
+/// How (docs/GUARANTEES.md section 7): every change of a regular file's size that nvmeio makes
+/// holds one mutex per file, shared by every handle of it in the process (impl/size_lock.hpp):
+/// a write first extends the file to its end (`reserve_range`), and a last unit that passes the
+/// end is written whole and trimmed back under the mutex. Writers in other processes do not share
+/// the mutex (use one process per file, or ranges whose ends are unit multiples, which never trim).
 class file {
   public:
     /// A handle that holds no file.

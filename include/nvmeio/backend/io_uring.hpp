@@ -20,9 +20,9 @@
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/backend/request.hpp"
-#include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
+#include "nvmeio/impl/process.hpp"
 
 #if NVMEIO_HAS_IO_URING
 #include <liburing.h>

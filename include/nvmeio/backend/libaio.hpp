@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "nvmeio/backend/request.hpp"
-#include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
+#include "nvmeio/impl/process.hpp"
 
 // Under valgrind memcheck, only its io_getevents wrapper tells it that the kernel wrote the
 // bytes of a read; reaping from the ring in user space would leave them "uninitialised".

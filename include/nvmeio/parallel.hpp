@@ -75,11 +75,9 @@ template <class Backend>
 [[nodiscard]] transfer_result transfer(basic_parallel_context<Backend>& context, file& f,
                                        operation op, void* buffer, std::size_t length,
                                        std::uint64_t offset, const transfer_config& config = {}) {
-    io_failure failure;
-    transfer_result result =
-        detail::split_transfer(context, f, op, buffer, length, offset, config, failure);
-    detail::throw_if(failure);
-    return result;
+    return detail::or_throw([&](io_failure& failure) {
+        return detail::split_transfer(context, f, op, buffer, length, offset, config, failure);
+    });
 }
 
 /// As above; reports I/O failure through `ec` (bad parameters still throw).
@@ -88,11 +86,9 @@ template <class Backend>
                                        operation op, void* buffer, std::size_t length,
                                        std::uint64_t offset, const transfer_config& config,
                                        std::error_code& ec) {
-    io_failure failure;
-    transfer_result result =
-        detail::split_transfer(context, f, op, buffer, length, offset, config, failure);
-    ec = failure.code;
-    return result;
+    return detail::or_report(ec, [&](io_failure& failure) {
+        return detail::split_transfer(context, f, op, buffer, length, offset, config, failure);
+    });
 }
 
 /// Reads `length` bytes at `offset` of `f` into `buffer` over the context's threads; throws

@@ -41,11 +41,9 @@ template <class Backend>
                                        void* buffer, std::size_t length, std::uint64_t offset,
                                        const transfer_config& config = {}) {
     detail::check_transfer(f, op, buffer, length, offset, context.block_size());
-    io_failure failure;
-    transfer_result result =
-        detail::run_transfer(context, f, op, buffer, length, offset, config, failure);
-    detail::throw_if(failure);
-    return result;
+    return detail::or_throw([&](io_failure& failure) {
+        return detail::run_transfer(context, f, op, buffer, length, offset, config, failure);
+    });
 }
 
 /// As above; reports I/O failure through `ec` (bad parameters still throw).
@@ -54,11 +52,9 @@ template <class Backend>
                                        void* buffer, std::size_t length, std::uint64_t offset,
                                        const transfer_config& config, std::error_code& ec) {
     detail::check_transfer(f, op, buffer, length, offset, context.block_size());
-    io_failure failure;
-    transfer_result result =
-        detail::run_transfer(context, f, op, buffer, length, offset, config, failure);
-    ec = failure.code;
-    return result;
+    return detail::or_report(ec, [&](io_failure& failure) {
+        return detail::run_transfer(context, f, op, buffer, length, offset, config, failure);
+    });
 }
 
 /// Reads `length` bytes at `offset` of `f` into `buffer`; throws io_error on failure.

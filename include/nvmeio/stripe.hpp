@@ -176,11 +176,9 @@ template <class Backend>
 [[nodiscard]] transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& set,
                                        operation op, void* buffer, std::size_t length,
                                        std::uint64_t offset, const batch_options& options = {}) {
-    io_failure failure;
-    transfer_result result =
-        detail::striped_transfer(context, set, op, buffer, length, offset, options, failure);
-    detail::throw_if(failure);
-    return result;
+    return detail::or_throw([&](io_failure& failure) {
+        return detail::striped_transfer(context, set, op, buffer, length, offset, options, failure);
+    });
 }
 
 /// As above; reports I/O failure through `ec` (bad parameters still throw).
@@ -189,11 +187,9 @@ template <class Backend>
                                        operation op, void* buffer, std::size_t length,
                                        std::uint64_t offset, const batch_options& options,
                                        std::error_code& ec) {
-    io_failure failure;
-    transfer_result result =
-        detail::striped_transfer(context, set, op, buffer, length, offset, options, failure);
-    ec = failure.code;
-    return result;
+    return detail::or_report(ec, [&](io_failure& failure) {
+        return detail::striped_transfer(context, set, op, buffer, length, offset, options, failure);
+    });
 }
 
 /// Reads `length` bytes at logical `offset` of `set` into `buffer`; throws io_error on failure.

@@ -79,10 +79,9 @@ inline verify_result verify_into(const std::string& path, const void* buffer, st
 [[nodiscard]] inline verify_result verify_read(const std::string& path, const void* buffer,
                                                std::size_t length, std::uint64_t offset,
                                                std::size_t chunk_size = default_verify_chunk) {
-    io_failure failure;
-    verify_result result = detail::verify_into(path, buffer, length, offset, chunk_size, failure);
-    detail::throw_if(failure);
-    return result;
+    return detail::or_throw([&](io_failure& failure) {
+        return detail::verify_into(path, buffer, length, offset, chunk_size, failure);
+    });
 }
 
 /// As above; reports failure to open or read through `ec`.
@@ -90,10 +89,9 @@ inline verify_result verify_into(const std::string& path, const void* buffer, st
                                                std::size_t length, std::uint64_t offset,
                                                std::error_code& ec,
                                                std::size_t chunk_size = default_verify_chunk) {
-    io_failure failure;
-    verify_result result = detail::verify_into(path, buffer, length, offset, chunk_size, failure);
-    ec = failure.code;
-    return result;
+    return detail::or_report(ec, [&](io_failure& failure) {
+        return detail::verify_into(path, buffer, length, offset, chunk_size, failure);
+    });
 }
 
 }  // namespace nvmeio

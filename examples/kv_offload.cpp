@@ -93,7 +93,7 @@ plan read_command_line(int argc, char** argv) {
     p.flags.add_to(app);
     support::parse_command_line(app, argc, argv);
     p.flags.check();
-    if (p.flags.direct != nvmeio::direct_io::off && p.kv_block % 4096 != 0)
+    if (nvmeio::may_use_o_direct(p.flags.direct) && p.kv_block % 4096 != 0)
         throw support::usage_error("--kv-block", "must be a multiple of 4K for O_DIRECT");
     const double bytes = static_cast<double>(p.layers) * static_cast<double>(p.blocks_per_layer()) *
                          static_cast<double>(p.kv_block);

@@ -98,7 +98,7 @@ plan read_command_line(int argc, char** argv) {
     p.flags.add_to(app);
     support::parse_command_line(app, argc, argv);
     p.flags.check();
-    if (p.flags.direct != nvmeio::direct_io::off && p.elements % 1024 != 0)
+    if (nvmeio::may_use_o_direct(p.flags.direct) && p.elements % 1024 != 0)
         throw support::usage_error("--elements",
                                    "must be a multiple of 1024 for O_DIRECT "
                                    "(a partition's 12-byte states then fill 4K)");

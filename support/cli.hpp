@@ -316,8 +316,10 @@ CLI::Option* add_enum_list_option(CLI::App& app, const std::string& flags,
 }
 /// on, off, auto.
 [[nodiscard]] inline const enum_names<direct_io>& direct_names() {
-    static const enum_names<direct_io> names{
-        {"on", direct_io::on}, {"off", direct_io::off}, {"auto", direct_io::automatic}};
+    static const enum_names<direct_io> names{{"on", direct_io::on},
+                                             {"off", direct_io::off},
+                                             {"auto", direct_io::automatic},
+                                             {"uncached", direct_io::uncached}};
     return names;
 }
 
@@ -403,8 +405,9 @@ struct transfer_flags {
                         1, max_block_size);
         if (with_direct) {
             add_enum_option(app, "--direct", direct, direct_names(),
-                            "O_DIRECT: on (or an error), off, or auto (buffered where the "
-                            "filesystem refuses it)");
+                            "O_DIRECT: on (or an error), off (buffered), uncached (buffered "
+                            "with RWF_DONTCACHE: nothing left in the page cache; Linux 6.14+, or "
+                            "an error), or auto (O_DIRECT, else uncached, else buffered)");
         }
         add_enum_option(app, "--backend", backend, backend_names(),
                         "I/O backend (io_uring where built with liburing)");
@@ -418,7 +421,7 @@ struct transfer_flags {
     /// Checks what one flag alone cannot: an O_DIRECT block size that no device could take.
     /// Throws usage_error naming --block-size. Call after parsing.
     void check() const {
-        if (direct != direct_io::off && block_size % smallest_direct_alignment != 0) {
+        if (may_use_o_direct(direct) && block_size % smallest_direct_alignment != 0) {
             throw usage_error("--block-size", format_size(block_size) +
                                                   " is not a multiple of 512 bytes, so O_DIRECT "
                                                   "cannot use it (or pass --direct off)");

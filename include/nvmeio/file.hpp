@@ -7,6 +7,7 @@
 #include <sys/mount.h>  // BLKGETSIZE64, BLKSSZGET (linux/fs.h clashes with it)
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +31,9 @@ namespace nvmeio {
 
 namespace detail {
 struct file_door;
+
+/// `RWF_DONTCACHE` (Linux 6.14), which C libraries of 2023 do not name yet.
+inline constexpr int rwf_dontcache = 0x00000080;
 }  // namespace detail
 
 /// What a file is opened for.
@@ -39,12 +43,25 @@ enum class open_mode {
     read_write,  ///< Read and write an existing or new file; never truncates.
 };
 
-/// Whether a file is opened with O_DIRECT.
+/// How a file's bytes move: O_DIRECT, through the page cache, or through it without staying.
 enum class direct_io {
-    on,         ///< O_DIRECT, or an `io_error` when the filesystem refuses it.
-    off,        ///< Ordinary buffered I/O through the page cache.
-    automatic,  ///< O_DIRECT where the filesystem accepts it, buffered where it refuses (EINVAL).
+    on,   ///< O_DIRECT, or an `io_error` when the filesystem refuses it.
+    off,  ///< Ordinary buffered I/O through the page cache.
+    /// O_DIRECT where the filesystem accepts it; else uncached where it accepts that; else
+    /// buffered.
+    automatic,
+    /// Uncached buffered I/O (`RWF_DONTCACHE` on every read and write, Linux 6.14+): any buffer,
+    /// offset and length, as buffered I/O takes them, but the pages a read brought in or a write
+    /// put out leave the page cache once done, so loading a model or dumping a KV cache does not
+    /// push the rest of the machine's cache out. An `io_error` (EOPNOTSUPP) at open where the
+    /// kernel or the filesystem has no such mode (tmpfs; kernels before 6.14).
+    uncached,
 };
+
+/// True for the modes that may open a file with O_DIRECT (and so impose its alignment).
+[[nodiscard]] constexpr bool may_use_o_direct(direct_io mode) noexcept {
+    return mode == direct_io::on || mode == direct_io::automatic;
+}
 
 /// What kind of object an open file is (from `fstat` at open).
 enum class file_kind {
@@ -77,7 +94,17 @@ enum class file_kind {
 
 /// Name of a direct_io value, for messages and reports.
 [[nodiscard]] constexpr const char* to_string(direct_io mode) noexcept {
-    return mode == direct_io::on ? "on" : mode == direct_io::off ? "off" : "automatic";
+    switch (mode) {
+        case direct_io::on:
+            return "on";
+        case direct_io::off:
+            return "off";
+        case direct_io::automatic:
+            return "automatic";
+        case direct_io::uncached:
+            break;
+    }
+    return "uncached";
 }
 
 /// An open file. Move-only; closes exactly once.
@@ -157,6 +184,12 @@ class file {
     [[nodiscard]] bool is_open() const noexcept { return fd_ >= 0; }
     /// True when the descriptor has O_DIRECT (with `direct_io::automatic`, what it got).
     [[nodiscard]] bool is_direct() const noexcept { return direct_; }
+    /// True when every read and write leaves the page cache behind (`direct_io::uncached`, or
+    /// what `direct_io::automatic` got).
+    [[nodiscard]] bool is_uncached() const noexcept { return rw_flags_ != 0; }
+    /// The `RWF_*` flags every read and write of this file carries (`RWF_DONTCACHE` when
+    /// uncached, else 0).
+    [[nodiscard]] int rw_flags() const noexcept { return rw_flags_; }
     /// The path the file was opened with (kept after `close()` and after a move from it).
     [[nodiscard]] const std::string& path() const noexcept {
         static const std::string none;
@@ -314,6 +347,7 @@ class file {
     void swap(file& other) noexcept {
         std::swap(fd_, other.fd_);
         std::swap(direct_, other.direct_);
+        std::swap(rw_flags_, other.rw_flags_);
         std::swap(mode_, other.mode_);
         std::swap(kind_, other.kind_);
         std::swap(path_, other.path_);
@@ -353,6 +387,7 @@ class file {
     void take(file& other) noexcept {
         fd_ = std::exchange(other.fd_, -1);
         direct_ = other.direct_;
+        rw_flags_ = other.rw_flags_;
         mode_ = other.mode_;
         kind_ = other.kind_;
         path_ = other.path_;  // shared, so that the moved-from handle still names its file
@@ -385,6 +420,7 @@ class file {
 
     int fd_ = -1;
     bool direct_ = false;
+    int rw_flags_ = 0;  // RWF_DONTCACHE when uncached
     open_mode mode_ = open_mode::read;
     file_kind kind_ = file_kind::regular;
     std::shared_ptr<const std::string> path_;

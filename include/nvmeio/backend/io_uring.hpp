@@ -340,6 +340,7 @@ class io_uring_backend {
         } else {
             ::io_uring_prep_write(sqe, r.fd, r.buffer, length, r.offset);
         }
+        sqe->rw_flags = static_cast<__kernel_rwf_t>(r.rw_flags);
         for (std::size_t i = 0; i < descriptors_.size(); ++i) {
             // The file's current descriptor must still be the registered one: a registered file
             // closed through registered_file() matches nothing, whatever number reuses its fd.

@@ -85,6 +85,7 @@ class libaio_backend {
             } else {
                 ::io_prep_pwrite(&cb, r.fd, r.buffer, r.length, static_cast<long long>(r.offset));
             }
+            cb.aio_rw_flags = static_cast<unsigned>(r.rw_flags);
             cb.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(r.user_data));
             iocb_pointers_[i] = &cb;
         }

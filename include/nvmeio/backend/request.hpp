@@ -27,6 +27,8 @@ struct io_request {
     std::size_t length = 0;          ///< Bytes.
     std::uint64_t offset = 0;        ///< File offset.
     std::uint64_t user_data = 0;     ///< Returned untouched in the completion.
+    /// `RWF_*` flags for the kernel (`RWF_DONTCACHE` on a `direct_io::uncached` file), 0 for none.
+    int rw_flags = 0;
 };
 
 /// One finished request.

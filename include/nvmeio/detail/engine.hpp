@@ -39,6 +39,9 @@
 namespace nvmeio {
 namespace detail {
 
+// The page an uncached file's requests are cut at (see engine::next_length).
+inline constexpr std::size_t uncached_page = 4096;
+
 template <class Backend>
 class engine {
     using clock = std::chrono::steady_clock;
@@ -176,23 +179,37 @@ class engine {
     io_request request_for(unsigned id) const {
         const slot& s = slots_[id];
         const segment& g = segments_[s.segment];
-        return {file_.native_handle(),          op_,
-                g.memory + s.position + s.done, s.length - s.done,
-                g.offset + s.position + s.done, id};
+        return {file_.native_handle(),
+                op_,
+                g.memory + s.position + s.done,
+                s.length - s.done,
+                g.offset + s.position + s.done,
+                id,
+                file_.rw_flags()};
     }
 
     void fill() {
         while (!free_.empty() && !exhausted()) {
             const unsigned id = free_.back();
             free_.pop_back();
-            slots_[id] = {next_segment_,
-                          next_position_,
-                          std::min(request_size_, limit(next_segment_) - next_position_),
-                          0,
-                          {}};
+            slots_[id] = {next_segment_, next_position_, next_length(), 0, {}};
             pending_.push_back(request_for(id));
             next_position_ += slots_[id].length;
         }
+    }
+
+    // Bytes of the next request. On an uncached file a request that is not its segment's last
+    // ends on a page boundary of the file: a page two requests share is found in the cache by the
+    // second and stays there.
+    std::size_t next_length() const {
+        const std::size_t left = limit(next_segment_) - next_position_;
+        std::size_t length = std::min(request_size_, left);
+        if (file_.is_uncached() && length < left) {
+            const std::uint64_t start = segments_[next_segment_].offset + next_position_;
+            const std::uint64_t end = align_down(start + length, uncached_page);
+            if (end > start) length = static_cast<std::size_t>(end - start);
+        }
+        return length;
     }
 
     void release(unsigned id) { free_.push_back(id); }

@@ -13,8 +13,8 @@ inline std::size_t file::read_plain(void* buffer, std::size_t length, std::uint6
     auto* out = static_cast<std::byte*>(buffer);
     std::size_t done = 0;
     while (done < length) {
-        const ssize_t got =
-            ::pread(fd_, out + done, length - done, static_cast<off_t>(offset + done));
+        const iovec part{out + done, length - done};
+        const ssize_t got = ::preadv2(fd_, &part, 1, static_cast<off_t>(offset + done), rw_flags_);
         if (got < 0) {
             if (errno == EINTR || errno == EAGAIN) continue;
             failure = {detail::errno_code(errno), "read", path(), offset + done, length - done};
@@ -34,8 +34,8 @@ inline bool file::write_plain(const void* buffer, std::size_t length, std::uint6
     const auto* in = static_cast<const std::byte*>(buffer);
     std::size_t done = 0;
     while (done < length) {
-        const ssize_t put =
-            ::pwrite(fd_, in + done, length - done, static_cast<off_t>(offset + done));
+        const iovec part{const_cast<std::byte*>(in + done), length - done};
+        const ssize_t put = ::pwritev2(fd_, &part, 1, static_cast<off_t>(offset + done), rw_flags_);
         if (put < 0) {
             if (errno == EINTR || errno == EAGAIN) continue;
             failure = {detail::errno_code(errno), "write", path(), offset + done, length - done};

@@ -77,7 +77,8 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
         } while (fd < 0 && errno == EINTR);
         return fd;
     };
-    direct_ = direct != direct_io::off;
+    direct_ = may_use_o_direct(direct);
+    rw_flags_ = 0;
     int fd = try_open(direct_ ? O_DIRECT : 0);
     bool refused = false;
     if (fd < 0 && direct_ && errno == EINVAL) {
@@ -126,6 +127,29 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
                     : "open with O_DIRECT (the filesystem refuses direct I/O; use "
                       "direct_io::automatic or direct_io::off)",
                 name, 0, 0};
+    }
+    // Uncached: asked for, or what automatic takes where O_DIRECT was refused. A one-byte read
+    // with the flag asks the kernel and the filesystem (EOPNOTSUPP: no such mode here).
+    if (direct == direct_io::uncached || (refused && direct == direct_io::automatic)) {
+        std::byte probe{};
+        const iovec one{&probe, 1};
+        ssize_t rc;
+        do {
+            rc = ::preadv2(fd, &one, 1, 0, detail::rwf_dontcache);
+        } while (rc < 0 && errno == EINTR);
+        if (rc >= 0) {
+            rw_flags_ = detail::rwf_dontcache;
+        } else if (direct == direct_io::uncached) {
+            const int error = errno;
+            ::close(fd);
+            return {detail::errno_code(error),
+                    error == EOPNOTSUPP || error == EINVAL
+                        ? "open for uncached I/O (RWF_DONTCACHE: this kernel or filesystem has "
+                          "no uncached buffered I/O, which needs Linux 6.14+ and a filesystem "
+                          "that supports it; use direct_io::automatic or direct_io::off)"
+                        : "open for uncached I/O (a one-byte RWF_DONTCACHE read failed)",
+                    name, 0, 0};
+        }
     }
     const int status = ::fcntl(fd, F_GETFL);
     if (status < 0 || ::fcntl(fd, F_SETFL, status & ~O_NONBLOCK) != 0) {

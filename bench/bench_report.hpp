@@ -50,7 +50,8 @@ struct bench_outcome {
             {"threads", c.threads},
             {"backend", support::name_of(support::backend_names(), c.backend)},
             {"spin_us", c.spin.count()},
-            {"direct_io", true}};
+            {"direct_io", c.direct == direct_io::on},
+            {"io", to_string(c.direct)}};
 }
 
 inline void report_json(std::ostream& out, const bench_plan& p, const bench_outcome& o,
@@ -86,17 +87,18 @@ inline void report_table(std::ostream& out, const bench_plan& p, const bench_out
     const buffer_choice buffer = p.flags.buffer();
     char line[512];
     out << "nvmeio-bench  machine: " << support::describe_machine(c.path) << "\n";
-    std::snprintf(line, sizeof line,
-                  "%s %s (%s), %s %llu bytes per pass, block %s, queue depth %u, %s/%s, %u "
-                  "thread(s), backend %s, spin %lld us, O_DIRECT, %u warm-up + %u measured passes, "
-                  "cache %s%s\n",
-                  to_string(p.target.kind), c.path.c_str(), o.created ? "created" : "existing",
-                  to_string(c.op), static_cast<unsigned long long>(c.size),
-                  support::format_size(c.block_size).c_str(), c.queue_depth, to_string(c.strategy),
-                  support::name_of(support::submit_names(), c.submit).c_str(), c.threads,
-                  support::name_of(support::backend_names(), c.backend).c_str(),
-                  static_cast<long long>(c.spin.count()), p.warmup, p.loops, o.cache.c_str(),
-                  o.cache == "cold" ? " (page cache dropped before every pass)" : "");
+    std::snprintf(
+        line, sizeof line,
+        "%s %s (%s), %s %llu bytes per pass, block %s, queue depth %u, %s/%s, %u "
+        "thread(s), backend %s, spin %lld us, direct_io %s, %u warm-up + %u measured passes, "
+        "cache %s%s\n",
+        to_string(p.target.kind), c.path.c_str(), o.created ? "created" : "existing",
+        to_string(c.op), static_cast<unsigned long long>(c.size),
+        support::format_size(c.block_size).c_str(), c.queue_depth, to_string(c.strategy),
+        support::name_of(support::submit_names(), c.submit).c_str(), c.threads,
+        support::name_of(support::backend_names(), c.backend).c_str(),
+        static_cast<long long>(c.spin.count()), to_string(c.direct), p.warmup, p.loops,
+        o.cache.c_str(), o.cache == "cold" ? " (page cache dropped before every pass)" : "");
     out << line << "buffer: "
         << (p.flags.ring   ? "a ring of threads x queue depth x block size bytes (--ring)"
             : buffer.fresh ? "fresh (first pass faults its pages in)"

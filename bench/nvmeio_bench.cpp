@@ -21,7 +21,7 @@ namespace {
 bench::bench_plan plan(int argc, char** argv) {
     CLI::App app{
         "nvmeio-bench: measure one nvmeio configuration on one file or block device "
-        "(O_DIRECT)."};
+        "(O_DIRECT unless --direct says otherwise)."};
     bench::bench_plan p;
     std::uint64_t size = 0;
     support::transfer_flags transfer;
@@ -31,7 +31,7 @@ bench::bench_plan plan(int argc, char** argv) {
                    "pattern");
     support::add_size_option(app, "-s,--size", size,
                              "bytes per pass (K, M, G suffixes); default: the file's size");
-    transfer.add_to(app, false);
+    transfer.add_to(app);
     support::add_count_option(app, "-p,--threads", p.config.threads,
                               "threads of the parallel context, each with its own queue", 1u,
                               1024u);
@@ -57,6 +57,7 @@ bench::bench_plan plan(int argc, char** argv) {
     p.config.backend = transfer.backend;
     p.config.ring = p.flags.ring;
     p.config.spin = std::chrono::microseconds{transfer.spin_us};
+    p.config.direct = transfer.direct;
     p.target = support::inspect_target(p.flags.path);
     if (p.config.op == nvmeio::operation::write)
         support::check_write_allowed(p.target, p.flags.allow_device_write);
@@ -80,7 +81,8 @@ bench::bench_plan plan(int argc, char** argv) {
 bench::bench_outcome run(const bench::bench_plan& p) {
     bench::bench_outcome out;
     out.created = bench::prepare_target(p.target, p.config.size);
-    bench::check_block_sizes(p.config.path, {p.config.block_size}, "--block-size");
+    if (nvmeio::may_use_o_direct(p.config.direct))
+        bench::check_block_sizes(p.config.path, {p.config.block_size}, "--block-size");
     const bool is_read = p.config.op == nvmeio::operation::read;
     out.cache = is_read ? (p.flags.warm ? "warm" : "cold") : "n/a";
     out.validation = p.validate && is_read ? "passed" : "not requested";

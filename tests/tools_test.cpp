@@ -222,6 +222,42 @@ BOOST_AUTO_TEST_CASE(bench_write_passes_leave_the_file_content_unchanged) {
     BOOST_TEST(nvmeio_test::slurp(path.str()) == original);
 }
 
+// --direct picks how the file is opened; the report says which, reads validate, writes leave the
+// file as it was, and a block size O_DIRECT could not take is fine when the file is not direct.
+BOOST_AUTO_TEST_CASE(bench_direct_modes_move_exact_bytes_and_say_which_mode_ran) {
+    nvmeio_test::temp_path path("bench-direct");
+    std::vector<unsigned char> original = nvmeio_test::pattern((3 << 20) + 77, 8);
+    nvmeio_test::spew(path.str(), original.data(), original.size());
+    for (const char* mode : {"off", "uncached", "auto"}) {
+        BOOST_TEST_CONTEXT(mode) {
+            for (const char* op : {"read", "write"}) {
+                const ran r =
+                    run(quoted(tool("NVMEIO_BENCH")) + " --op " + op + " -f " + quoted(path.str()) +
+                            " -b 100000 -q 4 -p 2 -n 1 -w 0 " + "--warm --json --direct " + mode +
+                            (std::string(op) == "read" ? " --validate" : ""),
+                        "bench-direct");
+                if (std::string(mode) == "auto") {
+                    // O_DIRECT on this disk: a block size off 512 bytes is refused by name.
+                    BOOST_TEST(r.status == 2, r.err);
+                    BOOST_TEST(r.err.find("--block-size") != std::string::npos, r.err);
+                    continue;
+                }
+                if (std::string(mode) == "uncached" && r.status != 0) {
+                    // A kernel before 6.14: the refusal names the mode.
+                    BOOST_TEST(r.err.find("RWF_DONTCACHE") != std::string::npos, r.err);
+                    continue;
+                }
+                BOOST_TEST_REQUIRE(r.status == 0, r.err);
+                const json doc = json::parse(r.out);
+                BOOST_TEST(doc["config"]["io"] == (std::string(mode) == "off" ? "off" : mode));
+                BOOST_TEST(doc["config"]["direct_io"] == false);
+                if (std::string(op) == "read") BOOST_TEST(doc["validation"] == "passed");
+                BOOST_TEST(nvmeio_test::slurp(path.str()) == original);
+            }
+        }
+    }
+}
+
 // --ring moves the range through fio's footprint (threads x depth x block size bytes) as one
 // batch: every request is counted, nothing is bounced, and write passes put the file's own bytes
 // back afterwards.

@@ -33,7 +33,7 @@ enum class switch_axis { on, off, both };
 
 /// A unit of work in the schedule: nvmeio, fio, buffered or mmap with a configuration.
 struct task {
-    std::string method;  ///< "nvmeio", "fio", "buffered", "mmap".
+    std::string method;  ///< "nvmeio", "fio", "fio-best", "buffered", "mmap".
     run_config config;   ///< What to run.
 };
 
@@ -98,7 +98,9 @@ inline void add_tune_options(CLI::App& app, tune_plan& p) {
                                 "what the previous run left behind");
     app.add_flag("--vs-fio", p.vs_fio,
                  "run fio (same engine as --backend, O_DIRECT, same file, block size, queue "
-                 "depth and threads) interleaved with nvmeio point by point; report the ratio");
+                 "depth and threads) interleaved with nvmeio point by point; report the ratio; "
+                 "with --backend io_uring also fio at its best (--fixedbufs --registerfiles: "
+                 "buffers and file registered with the ring), reported beside it as fio-best");
     app.add_flag("--references", p.references,
                  "also time a buffered read and an mmap read of the same file (one thread)");
     support::add_enum_option(app, "--backend", p.backend, support::backend_names(),
@@ -163,6 +165,8 @@ inline void check_tune_plan(tune_plan& p) {
                     }
                     c.spin = std::chrono::microseconds{0};
                     if (p.vs_fio) group.push_back({"fio", c});
+                    if (p.vs_fio && p.backend == support::backend_kind::io_uring)
+                        group.push_back({"fio-best", c});
                     groups.push_back(group);
                 }
             }

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fio.hpp"
 #include "heatmap_svg.hpp"
 #include "support/json.hpp"
 #include "support/machine.hpp"
@@ -65,10 +66,16 @@ using point_map = std::map<point_key, point_summary>;
     return points;
 }
 
-/// fio's summary at an nvmeio point's block size, depth and threads, or null.
-[[nodiscard]] inline const point_summary* fio_of(const point_map& points, const run_record& r) {
+/// True for the runs of fio, as it comes or at its best.
+[[nodiscard]] inline bool is_fio(const std::string& method) {
+    return method == "fio" || method == "fio-best";
+}
+
+/// fio's summary (`setup`) at an nvmeio point's block size, depth and threads, or null.
+[[nodiscard]] inline const point_summary* fio_of(const point_map& points, const run_record& r,
+                                                 fio_setup setup = fio_setup::plain) {
     point_key key = key_of(r);
-    std::get<1>(key) = "fio";
+    std::get<1>(key) = fio_method(setup);
     std::get<4>(key) = -1;
     std::get<5>(key) = -1;
     std::get<7>(key) = -1;
@@ -83,7 +90,7 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
            "submit_p99_us,complete_avg_us,complete_p99_us,spin_us,process_cpu_seconds_per_gib\n";
     for (const run_record& r : records) {
         const bool nvmeio = r.method == "nvmeio";
-        const bool queued = nvmeio || r.method == "fio";
+        const bool queued = nvmeio || is_fio(r.method);
         char numbers[256];
         std::snprintf(numbers, sizeof numbers, "%.1f,%.4f,%.5f,%.2f,%.2f,%.2f,%.2f", r.elapsed_us,
                       r.gb_per_s, r.cpu_per_gib, r.submit.avg_us, r.submit.p99_us,
@@ -135,6 +142,17 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
         if (f->process_cpu.count > 0) {
             j["fio_process_cpu_seconds_per_gib"] = support::stats_json(f->process_cpu);
             j["process_cpu_ratio_to_fio"] =
+                f->process_cpu.median > 0 ? s.process_cpu.median / f->process_cpu.median : 0;
+        }
+    }
+    if (const point_summary* f = fio_of(points, r, fio_setup::best)) {
+        j["fio_best_gb_per_s"] = support::stats_json(f->rate);
+        j["fio_best_cpu_seconds_per_gib"] = support::stats_json(f->cpu);
+        j["ratio_to_fio_best"] = f->rate.median > 0 ? s.rate.median / f->rate.median : 0;
+        j["cpu_ratio_to_fio_best"] = f->cpu.median > 0 ? s.cpu.median / f->cpu.median : 0;
+        if (f->process_cpu.count > 0) {
+            j["fio_best_process_cpu_seconds_per_gib"] = support::stats_json(f->process_cpu);
+            j["process_cpu_ratio_to_fio_best"] =
                 f->process_cpu.median > 0 ? s.process_cpu.median / f->process_cpu.median : 0;
         }
     }
@@ -249,7 +267,7 @@ inline nlohmann::json summary_json(const tune_plan& p, const tune_outcome& o,
     doc["points"] = nlohmann::json::array();
     doc["references"] = nlohmann::json::array();
     for (const auto& [key, s] : points) {
-        if (s.first.method == "fio") continue;  // reported beside its nvmeio points
+        if (is_fio(s.first.method)) continue;  // reported beside its nvmeio points
         doc[s.first.method == "nvmeio" ? "points" : "references"].push_back(point_json(points, s));
     }
     doc["best"] = best_json(points);
@@ -309,16 +327,22 @@ inline void print_table(const tune_plan& p, const tune_outcome& o, const nlohman
         support::name_of(support::backend_names(), p.backend).c_str(), p.repeats,
         doc["cache"].get<std::string>().c_str(), o.records.size(), o.planned,
         o.budget_exhausted ? " (budget exhausted)" : "");
-    std::printf("%-5s %-26s %9s %7s %9s %9s %7s %9s\n", "op", "point", "GB/s", "spread",
-                "CPU s/GiB", "fio GB/s", "ratio", "fio CPU");
+    std::printf("%-5s %-26s %9s %7s %9s %9s %7s %9s%s\n", "op", "point", "GB/s", "spread",
+                "CPU s/GiB", "fio GB/s", "ratio", "fio CPU",
+                p.vs_fio && p.backend == support::backend_kind::io_uring
+                    ? " | fio at its best (--fixedbufs --registerfiles): GB/s ratio CPU"
+                    : "");
     for (const auto& [key, s] : points) {
-        if (s.first.method == "fio") continue;
+        if (is_fio(s.first.method)) continue;
         const bool nvmeio = s.first.method == "nvmeio";
-        const point_summary* f = nvmeio ? fio_of(points, s.first) : nullptr;
-        char fio_text[64] = "";
-        if (f != nullptr && f->rate.median > 0) {
-            std::snprintf(fio_text, sizeof fio_text, "%9.3f %6.2fx %9.4f", f->rate.median,
-                          s.rate.median / f->rate.median, f->cpu.median);
+        char fio_text[128] = "";
+        int used = 0;
+        for (const fio_setup setup : {fio_setup::plain, fio_setup::best}) {
+            const point_summary* f = nvmeio ? fio_of(points, s.first, setup) : nullptr;
+            if (f == nullptr || f->rate.median <= 0) continue;
+            used += std::snprintf(fio_text + used, sizeof fio_text - static_cast<std::size_t>(used),
+                                  "%s%9.3f %6.2fx %9.4f", used != 0 ? " | best " : "",
+                                  f->rate.median, s.rate.median / f->rate.median, f->cpu.median);
         }
         std::printf("%-5s %-26s %9.3f %6.1f%% %9.4f %s\n", to_string(s.first.config.op),
                     (nvmeio ? describe_point(s.first) : s.first.method).c_str(), s.rate.median,

@@ -112,8 +112,9 @@ class tune_runner {
             r.submit = m.perf.submit;
             r.completion = m.perf.completion;
             set_rates(r, m.perf, m.cpu_seconds);
-        } else if (t.method == "fio") {
-            const fio_result m = run_fio(fio_, t.config, plan_.size);
+        } else if (t.method == "fio" || t.method == "fio-best") {
+            const fio_result m = run_fio(fio_, t.config, plan_.size,
+                                         t.method == "fio" ? fio_setup::plain : fio_setup::best);
             if (!m.ok) throw std::runtime_error("fio failed: " + m.error);
             transfer_perf perf;
             perf.bytes = m.bytes;

@@ -4,6 +4,7 @@
 #define BOOST_TEST_MODULE tools_test
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cstdlib>
 #include <fstream>
@@ -490,6 +491,61 @@ BOOST_AUTO_TEST_CASE(tune_vs_fio_reports_both_rates_and_the_ratio_per_point) {
     }
     for (const json& p : json::parse(read_text(whole_dir + "/summary.json"))["points"])
         BOOST_TEST(!p.contains("process_cpu_ratio_to_fio"));
+}
+
+// fio at its best for io_uring registers its buffers and file; libaio has no such setup.
+BOOST_AUTO_TEST_CASE(fio_at_its_best_registers_buffers_and_files_on_io_uring_only) {
+    bench::run_config c;
+    c.path = "/tmp/x";
+    c.block_size = 65536;
+    c.queue_depth = 4;
+    c.backend = support::backend_kind::io_uring;
+    const auto has = [](const std::vector<std::string>& command, const char* flag) {
+        return std::find(command.begin(), command.end(), flag) != command.end();
+    };
+    const auto best = bench::fio_command("fio", c, 1 << 20, bench::fio_setup::best);
+    BOOST_TEST(has(best, "--fixedbufs"));
+    BOOST_TEST(has(best, "--registerfiles"));
+    BOOST_TEST(!has(bench::fio_command("fio", c, 1 << 20), "--fixedbufs"));
+    c.backend = support::backend_kind::libaio;
+    BOOST_TEST((bench::fio_command("fio", c, 1 << 20, bench::fio_setup::best) ==
+                bench::fio_command("fio", c, 1 << 20)));
+}
+
+BOOST_AUTO_TEST_CASE(tune_vs_fio_on_io_uring_reports_fio_at_its_best_beside_it) {
+    if (bench::find_program("fio").empty()) {
+        BOOST_TEST_MESSAGE("fio not installed: comparison not exercised");
+        return;
+    }
+    if (!nvmeio::io_uring_supported()) {
+        BOOST_TEST_MESSAGE("io_uring refused by this kernel: io_uring comparison not exercised");
+        return;
+    }
+    nvmeio_test::temp_path path("tune-fio-best");
+    const std::string dir = out_dir("tune-fio-best-out");
+    const ran r = run_tune(path, "-s 4M -b 64K -q 4 -p 1 -r 1 --warm --vs-fio --backend io_uring",
+                           dir, "tune-fio-best");
+    BOOST_TEST_REQUIRE(r.status == 0, r.err);
+    BOOST_TEST(r.out.find("--fixedbufs --registerfiles") != std::string::npos, r.out);
+    const auto rows = read_csv(dir + "/runs.csv");
+    const std::size_t method = column(rows[0], "method"), bytes = column(rows[0], "bytes");
+    std::size_t best_rows = 0;
+    for (std::size_t i = 1; i < rows.size(); ++i) {
+        if (rows[i][method] != "fio-best") continue;
+        ++best_rows;
+        BOOST_TEST(rows[i][bytes] == "4194304");
+    }
+    BOOST_TEST(best_rows == 2u);  // read and write
+    const json doc = json::parse(read_text(dir + "/summary.json"));
+    BOOST_TEST_REQUIRE(!doc["points"].empty());
+    for (const json& p : doc["points"]) {
+        BOOST_TEST_REQUIRE(p.contains("ratio_to_fio_best"));
+        BOOST_TEST(p["ratio_to_fio_best"].get<double>() ==
+                       p["gb_per_s"]["median"].get<double>() /
+                           p["fio_best_gb_per_s"]["median"].get<double>(),
+                   boost::test_tools::tolerance(1e-9));
+        BOOST_TEST(p.contains("ratio_to_fio"));
+    }
 }
 
 // --help promises that write runs write the first --size bytes back unchanged: fio's write runs

@@ -13,7 +13,7 @@ set -euo pipefail
 root=${1:-$(dirname "$0")/../include}
 cd "$root/nvmeio"
 front_ends="strategy batch parallel async stripe verify"
-lower="error perf alignment transfer file aligned_allocator compare version backend/request"
+lower="error perf alignment transfer file file_modes aligned_allocator compare version backend/request"
 is_in() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
 includes() { sed -n 's|^#include "nvmeio/\(.*\)\.hpp"|\1|p' "$1.hpp"; }
 bad=0

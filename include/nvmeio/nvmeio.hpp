@@ -13,6 +13,7 @@
 #include "nvmeio/compare.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
+#include "nvmeio/file_modes.hpp"
 #include "nvmeio/parallel.hpp"
 #include "nvmeio/parallel_context.hpp"
 #include "nvmeio/perf.hpp"

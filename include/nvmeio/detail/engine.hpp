@@ -25,6 +25,7 @@
 
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/backend/request.hpp"
+#include "nvmeio/detail/completion_wait.hpp"
 #include "nvmeio/detail/engine_scratch.hpp"
 #include "nvmeio/detail/request_plan.hpp"
 #include "nvmeio/detail/retry_budget.hpp"
@@ -307,46 +308,15 @@ class engine {
 
     // Waits for at least `min` completions (at most one reap's worth) and handles them.
     void reap(std::size_t min) {
-        min = std::min(min, completions_.size());
-        if (spin_.count() > 0 && !poll_before_sleeping(min)) return;
-        if (min > 0) take(min);
-    }
-
-    // Polls the backend (a reap of at least 0 completions, which never sleeps) until `min` came
-    // or context_options::spin ran out, when the back-off lets this wait poll; `min` becomes
-    // what is still missing. False when reaping failed.
-    bool poll_before_sleeping(std::size_t& min) {
-        if (!backoff_.should_poll()) return true;
-        const clock::time_point deadline = clock::now() + spin_;
-        while (min > 0) {
-            const std::size_t got = take(0);
-            if (lost_) return false;
-            min -= std::min(min, got);
-            if (min == 0) break;
-            if (clock::now() >= deadline) {
-                backoff_.ran_out();
-                return true;
-            }
-            cpu_relax();
-        }
-        backoff_.succeeded();
-        return true;
-    }
-
-    // One reap of at least `min` completions; returns how many were handled.
-    std::size_t take(std::size_t min) {
-        int got;
-        do {
-            got = backend_.reap(completions_.data(), min, completions_.size(), nullptr);
-        } while (got == -EINTR);
-        if (got < 0) {
-            lose(got);
-            return 0;
-        }
-        const clock::time_point now = perf_ != nullptr ? clock::now() : clock::time_point{};
-        for (int i = 0; i < got; ++i)
-            complete(completions_[static_cast<std::size_t>(i)], now);
-        return static_cast<std::size_t>(got);
+        int error = 0;
+        const bool reaped = wait_for_completions(
+            backend_, completions_, min, spin_, backoff_, error,
+            [this](const io_completion* done, std::size_t count) {
+                const clock::time_point now = perf_ != nullptr ? clock::now() : clock::time_point{};
+                for (std::size_t i = 0; i < count; ++i)
+                    complete(done[i], now);
+            });
+        if (!reaped) lose(error);
     }
 
     // Reaping failed: requests may still be in flight and cannot be waited for. Every segment

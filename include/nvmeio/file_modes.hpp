@@ -1,0 +1,79 @@
+#pragma once
+/// \file file_modes.hpp
+/// How a file is opened (`open_mode`, `direct_io`) and what it turned out to be (`file_kind`):
+/// the words of file.hpp, apart so that they can be read, and named, without the handle.
+
+namespace nvmeio {
+
+/// What a file is opened for.
+enum class open_mode {
+    read,        ///< Read only; the file must exist.
+    write,       ///< Create or truncate. Opened O_RDWR so that an unaligned tail can be merged.
+    read_write,  ///< Read and write an existing or new file; never truncates.
+};
+
+/// How a file's bytes move: O_DIRECT, through the page cache, or through it without staying.
+enum class direct_io {
+    on,   ///< O_DIRECT, or an `io_error` when the filesystem refuses it.
+    off,  ///< Ordinary buffered I/O through the page cache.
+    /// O_DIRECT where the filesystem accepts it; else uncached where it accepts that; else
+    /// buffered.
+    automatic,
+    /// Uncached buffered I/O (`RWF_DONTCACHE` on every read and write, Linux 6.14+): any buffer,
+    /// offset and length, as buffered I/O takes them, but the pages a read brought in or a write
+    /// put out leave the page cache once done, so loading a model or dumping a KV cache does not
+    /// push the rest of the machine's cache out. An `io_error` (EOPNOTSUPP) at open where the
+    /// kernel or the filesystem has no such mode (tmpfs; kernels before 6.14).
+    uncached,
+};
+
+/// True for the modes that may open a file with O_DIRECT (and so impose its alignment).
+[[nodiscard]] constexpr bool may_use_o_direct(direct_io mode) noexcept {
+    return mode == direct_io::on || mode == direct_io::automatic;
+}
+
+/// What kind of object an open file is (from `fstat` at open).
+enum class file_kind {
+    regular,           ///< A regular file: sized by its inode, may grow, may be `fallocate`d.
+    block_device,      ///< A block device such as `/dev/nvme0n1`: fixed size, never grows.
+    character_device,  ///< `/dev/null`, `/dev/zero`, `/dev/random` or `/dev/urandom` (buffered).
+    fifo,              ///< A named pipe (never opened: refused).
+    socket,            ///< A socket (never opened: refused).
+    other,             ///< Anything else (never opened: refused).
+};
+
+/// Name of a file kind, for messages and reports.
+[[nodiscard]] constexpr const char* to_string(file_kind kind) noexcept {
+    switch (kind) {
+        case file_kind::regular:
+            return "regular file";
+        case file_kind::block_device:
+            return "block device";
+        case file_kind::character_device:
+            return "character device";
+        case file_kind::fifo:
+            return "FIFO";
+        case file_kind::socket:
+            return "socket";
+        case file_kind::other:
+            break;
+    }
+    return "special file";
+}
+
+/// Name of a direct_io value, for messages and reports.
+[[nodiscard]] constexpr const char* to_string(direct_io mode) noexcept {
+    switch (mode) {
+        case direct_io::on:
+            return "on";
+        case direct_io::off:
+            return "off";
+        case direct_io::automatic:
+            return "automatic";
+        case direct_io::uncached:
+            break;
+    }
+    return "uncached";
+}
+
+}  // namespace nvmeio

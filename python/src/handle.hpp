@@ -9,7 +9,8 @@
 /// handle's one dispatcher thread then runs the requests in submission order, each through a
 /// `basic_parallel_context` (DeepSpeed's intra-op parallelism: the one splitter of nvmeio, any
 /// size, no divisibility rule). What O_DIRECT cannot take goes where nvmeio can take it:
-///  - an offset, or a block size, off the file's O_DIRECT alignment: the file is opened buffered;
+///  - an offset, or a block size, off the file's O_DIRECT alignment: the file is opened uncached
+///    (RWF_DONTCACHE, Linux 6.14+), or buffered where the kernel has no uncached mode;
 ///  - a buffer address off the alignment (torch's own allocations are 64-byte aligned): the
 ///    batch front end, which bounces through an aligned arena on the same workers;
 ///  - everything else straight between the tensor and the file.
@@ -130,7 +131,8 @@ inline std::unique_ptr<engine> make_engine(const handle_settings& s) {
 }  // namespace detail
 
 /// Opens `path` for `op` as a request at `offset` with `block_size` blocks needs it: O_DIRECT
-/// where the filesystem and the alignment allow, buffered otherwise. Writes never truncate.
+/// where the filesystem and the alignment allow, uncached (else buffered) otherwise. Writes never
+/// truncate.
 inline nvmeio::file open_for(const std::string& path, nvmeio::operation op, std::uint64_t offset,
                              std::size_t block_size) {
     const nvmeio::open_mode mode =
@@ -139,7 +141,11 @@ inline nvmeio::file open_for(const std::string& path, nvmeio::operation op, std:
     const nvmeio::dio_alignment& a = f.alignment();
     if (f.is_direct() &&
         (!nvmeio::is_aligned(offset, a.offset) || !nvmeio::is_aligned(block_size, a.strictest()))) {
-        f = nvmeio::file(path, mode, nvmeio::direct_io::off);
+        // Uncached where the kernel has it (the tensor's bytes do not stay in the page cache,
+        // as they would not with O_DIRECT), else buffered.
+        std::error_code refused;
+        f = nvmeio::file::open(path, mode, nvmeio::direct_io::uncached, refused);
+        if (refused) f = nvmeio::file(path, mode, nvmeio::direct_io::off);
     }
     return f;
 }

@@ -1,6 +1,7 @@
 """Any size, any offset, buffers aligned only to 1 KiB or not at all: exact bytes, both backends."""
 
 import os
+import subprocess
 
 import pytest
 import torch
@@ -61,6 +62,53 @@ def test_any_offset_reads_and_writes_exactly(workdir, backend, offset):
     back = torch.zeros(len(data), dtype=torch.uint8)
     assert h.sync_pread(back, path, offset) == 1
     assert torch.equal(back, data)
+
+
+def kernel_has_uncached_io(path):
+    """True when a one-byte RWF_DONTCACHE read works on `path` (Linux 6.14+, not tmpfs)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.preadv(fd, [bytearray(1)], 0, 0x80)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def cached_bytes(path):
+    """What the page cache holds of `path`, from util-linux's fincore."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+                         check=True, capture_output=True, text=True).stdout
+    return int(out.strip())
+
+
+def test_an_offset_off_the_alignment_leaves_nothing_in_the_page_cache(workdir, backend):
+    # O_DIRECT cannot take offset 1000: the request goes uncached, so the tensor's bytes do not
+    # stay in the page cache, as they would not have with O_DIRECT; a kernel without uncached
+    # I/O goes buffered and keeps them. (Seen failing with the buffered reopen: 8 MiB left.)
+    h = nvmeio_torch.aio_handle(1 << 20, 8, False, True, 2, backend=backend)
+    path = os.path.join(workdir, "f.bin")
+    write_file(path, random_bytes(4096, seed=5))
+    uncached = kernel_has_uncached_io(path)
+    os.unlink(path)
+    data = random_bytes(8 << 20, seed=6)
+    assert h.sync_pwrite(data, path, 1000) == 1
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    back = torch.zeros(len(data), dtype=torch.uint8)
+    assert h.sync_pread(back, path, 1000) == 1
+    assert torch.equal(back, data)
+    left = cached_bytes(path)
+    if uncached:
+        # Two workers read neighbouring pieces: one's readahead may run into the other's piece
+        # after that one has read it, and those pages stay (at most a readahead window per
+        # boundary; a buffered read leaves all 8 MiB).
+        assert left <= len(data) // 4, f"{left} bytes left in the page cache"
+    else:
+        assert left >= len(data), "a buffered read should have left the bytes cached"
 
 
 def test_a_write_past_the_end_leaves_the_file_exactly_that_long(workdir, backend):

@@ -1,7 +1,8 @@
 # Sourced by the other scripts: installs the Debian/Ubuntu packages nvmeio's build needs when one is
 # missing (as root, or through sudo), else says what to install.
-# The last four build and test nvmeio_torch, the PyTorch module (python/).
-NVMEIO_PACKAGES="g++ clang cmake make libaio-dev libboost-test-dev libxsimd-dev liburing-dev libcli11-dev nlohmann-json3-dev pkg-config fio valgrind python3-torch libtorch-dev pybind11-dev python3-pytest"
+# python3-torch, libtorch-dev, pybind11-dev and python3-pytest build and test nvmeio_torch, the
+# PyTorch module (python/); util-linux-extra has fincore (what a file leaves in the page cache).
+NVMEIO_PACKAGES="g++ clang cmake make libaio-dev libboost-test-dev libxsimd-dev liburing-dev libcli11-dev nlohmann-json3-dev pkg-config fio valgrind python3-torch libtorch-dev pybind11-dev python3-pytest util-linux-extra"
 
 nvmeio_install_deps() {
   local missing=""

@@ -134,25 +134,19 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
     j["overlap_events"] = r.config.strategy == strategy_kind::overlapped;
     j["single_submit"] = r.config.submit == submit_mode::single;
     j["spin_us"] = r.config.spin.count();
-    if (const point_summary* f = fio_of(points, r)) {
-        j["fio_gb_per_s"] = support::stats_json(f->rate);
-        j["fio_cpu_seconds_per_gib"] = support::stats_json(f->cpu);
-        j["ratio_to_fio"] = f->rate.median > 0 ? s.rate.median / f->rate.median : 0;
-        j["cpu_ratio_to_fio"] = f->cpu.median > 0 ? s.cpu.median / f->cpu.median : 0;
+    // Beside each fio setup that ran at this point: its figures and nvmeio's ratios to them
+    // ("fio_..." and "..._to_fio", or "fio_best_..." and "..._to_fio_best").
+    for (const fio_setup setup : {fio_setup::plain, fio_setup::best}) {
+        const point_summary* f = fio_of(points, r, setup);
+        if (f == nullptr) continue;
+        const std::string fio = setup == fio_setup::best ? "fio_best" : "fio";
+        j[fio + "_gb_per_s"] = support::stats_json(f->rate);
+        j[fio + "_cpu_seconds_per_gib"] = support::stats_json(f->cpu);
+        j["ratio_to_" + fio] = f->rate.median > 0 ? s.rate.median / f->rate.median : 0;
+        j["cpu_ratio_to_" + fio] = f->cpu.median > 0 ? s.cpu.median / f->cpu.median : 0;
         if (f->process_cpu.count > 0) {
-            j["fio_process_cpu_seconds_per_gib"] = support::stats_json(f->process_cpu);
-            j["process_cpu_ratio_to_fio"] =
-                f->process_cpu.median > 0 ? s.process_cpu.median / f->process_cpu.median : 0;
-        }
-    }
-    if (const point_summary* f = fio_of(points, r, fio_setup::best)) {
-        j["fio_best_gb_per_s"] = support::stats_json(f->rate);
-        j["fio_best_cpu_seconds_per_gib"] = support::stats_json(f->cpu);
-        j["ratio_to_fio_best"] = f->rate.median > 0 ? s.rate.median / f->rate.median : 0;
-        j["cpu_ratio_to_fio_best"] = f->cpu.median > 0 ? s.cpu.median / f->cpu.median : 0;
-        if (f->process_cpu.count > 0) {
-            j["fio_best_process_cpu_seconds_per_gib"] = support::stats_json(f->process_cpu);
-            j["process_cpu_ratio_to_fio_best"] =
+            j[fio + "_process_cpu_seconds_per_gib"] = support::stats_json(f->process_cpu);
+            j["process_cpu_ratio_to_" + fio] =
                 f->process_cpu.median > 0 ? s.process_cpu.median / f->process_cpu.median : 0;
         }
     }

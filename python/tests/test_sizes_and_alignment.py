@@ -103,10 +103,9 @@ def test_an_offset_off_the_alignment_leaves_nothing_in_the_page_cache(workdir, b
     assert torch.equal(back, data)
     left = cached_bytes(path)
     if uncached:
-        # Two workers read neighbouring pieces: one's readahead may run into the other's piece
-        # after that one has read it, and those pages stay (at most a readahead window per
-        # boundary; a buffered read leaves all 8 MiB).
-        assert left <= len(data) // 4, f"{left} bytes left in the page cache"
+        # Two workers read neighbouring pieces; with readahead on, one's readahead ran into the
+        # other's piece after that one had read it, and 1-4 MiB stayed.
+        assert left <= 2 * 4096, f"{left} bytes left in the page cache"
     else:
         assert left >= len(data), "a buffered read should have left the bytes cached"
 

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nvmeio/async.hpp>
 #include <nvmeio/batch.hpp>
@@ -155,16 +156,6 @@ BOOST_AUTO_TEST_CASE(uncached_through_parallel_async_and_batch_front_ends) {
     BOOST_TEST(got.first_failure() == rest.size());
     BOOST_TEST(std::memcmp(target.data(), source.data(), size) == 0);
     BOOST_TEST(cached_pages(path.str(), size) <= 2u);
-    // Three workers reading neighbouring pieces at once: with readahead on, one's readahead ran
-    // into a piece another had already read, and those pages stayed.
-    for (int round = 0; round < 3; ++round) {
-        evict(path.str());
-        parallel_context parallel({3, {4, std::size_t{1} << 20}});
-        std::memset(target.data(), 0, size);
-        BOOST_TEST(read(parallel, in, target.data(), size, 0).bytes == size);
-        BOOST_TEST(std::memcmp(target.data(), source.data(), size) == 0);
-        BOOST_TEST(cached_pages(path.str(), size) <= 2u);
-    }
 }
 
 BOOST_AUTO_TEST_CASE(uncached_where_the_filesystem_has_none_is_a_precise_error) {

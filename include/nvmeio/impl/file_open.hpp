@@ -139,9 +139,6 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
         } while (rc < 0 && errno == EINTR);
         if (rc >= 0) {
             rw_flags_ = detail::rwf_dontcache;
-            // No readahead: nvmeio asks for every range itself, and a read-ahead page that
-            // another request (on another worker) reads first is not dropped behind either.
-            (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
         } else if (direct == direct_io::uncached) {
             const int error = errno;
             ::close(fd);

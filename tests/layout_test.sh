@@ -15,18 +15,18 @@ cd "$root/nvmeio"
 front_ends="strategy batch parallel async stripe verify"
 lower="error perf alignment transfer file file_modes aligned_allocator compare version backend/request"
 is_in() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
-includes() { sed -n 's|^#include "nvmeio/\(.*\)\.hpp"|\1|p' "$1.hpp"; }
+includes() { sed -n 's|^#include "nvmeio/\(.*\)\.[hi]pp"|\1|p' "$1"; }  # FILE
 bad=0
 report() { echo "layout: $1.hpp includes nvmeio/$2.hpp: $3"; bad=1; }
 for f in $front_ends; do
-  for i in $(includes "$f"); do
+  for i in $(includes "$f.hpp"); do
     if is_in "$i" $front_ends; then report "$f" "$i" "a front end includes another front end"; fi
     if [[ $i == nvmeio ]]; then report "$f" "$i" "a front end includes the umbrella"; fi
   done
 done
 for path in detail/*.hpp; do
   f=${path%.hpp}
-  for i in $(includes "$f"); do
+  for i in $(includes "$path"); do
     [[ $i == detail/* || $i == impl/* ]] && continue
     is_in "$i" $lower && continue
     report "$f" "$i" "detail/ includes a public header above it"
@@ -35,14 +35,14 @@ done
 # The headers detail/ stands on must not stand on detail/ in turn.
 for f in $lower backend/libaio backend/io_uring backend/io_uring_support; do
   [[ -e $f.hpp ]] || continue
-  for i in $(includes "$f"); do
+  for i in $(includes "$f.hpp"); do
     if [[ $i == detail/* ]]; then report "$f" "$i" "a header under detail/ includes detail/"; fi
   done
 done
-for path in impl/*.hpp; do
+for path in impl/*.hpp impl/*.ipp; do
   [[ -e $path ]] || continue
-  f=${path%.hpp}
-  for i in $(includes "$f"); do report "$f" "$i" "impl/ lies under everything and includes nothing"; done
+  f=${path%.?pp}
+  for i in $(includes "$path"); do report "$f" "$i" "impl/ lies under everything and includes nothing"; done
 done
 if [[ $bad == 0 ]]; then echo "layout: every include of include/nvmeio/ keeps to the floors"; fi
 exit $bad

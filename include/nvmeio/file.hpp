@@ -362,5 +362,5 @@ class file {
 }  // namespace nvmeio
 
 // The members' definitions.
-#include "nvmeio/impl/file_io.hpp"
-#include "nvmeio/impl/file_open.hpp"
+#include "nvmeio/impl/file_io.ipp"
+#include "nvmeio/impl/file_open.ipp"

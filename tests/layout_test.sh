@@ -6,7 +6,8 @@
 #    public headers only (never a context, a front end or the umbrella), and those lower headers
 #    (file, the backends, the vocabulary) include no detail/;
 #  - impl/ holds what the lowest public headers (file.hpp, the backends) are made of: file's member
-#    definitions, the per-file size mutex, the cached process id; it includes nothing of nvmeio's,
+#    definitions, the per-file size mutex, the cached process id, the record of nvmeio's memory
+#    that io_uring rings pin; it includes nothing of nvmeio's,
 #    so that everything may stand on it.
 # Prints every include that breaks a rule and fails if there is one.
 set -euo pipefail
@@ -33,7 +34,7 @@ for path in detail/*.hpp; do
   done
 done
 # The headers detail/ stands on must not stand on detail/ in turn.
-for f in $lower backend/libaio backend/io_uring backend/io_uring_support; do
+for f in $lower backend/libaio backend/io_uring backend/io_uring_support backend/io_uring_buffers; do
   [[ -e $f.hpp ]] || continue
   for i in $(includes "$f.hpp"); do
     if [[ $i == detail/* ]]; then report "$f" "$i" "a header under detail/ includes detail/"; fi

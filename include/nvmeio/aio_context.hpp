@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "nvmeio/backend/libaio.hpp"
@@ -46,7 +47,9 @@ class basic_aio_context {
     template <class... BackendArgs>
     explicit basic_aio_context(context_options options = {}, BackendArgs&&... backend_args)
         : options_(checked(options)),
-          backend_(options.queue_depth, std::forward<BackendArgs>(backend_args)...) {}
+          backend_(options.queue_depth, std::forward<BackendArgs>(backend_args)...) {
+        if constexpr (pins_memory<Backend>::value) backend_.set_pin_once(options.pin_once);
+    }
 
     basic_aio_context(const basic_aio_context&) = delete;
     basic_aio_context& operator=(const basic_aio_context&) = delete;
@@ -62,6 +65,13 @@ class basic_aio_context {
 
   private:
     friend struct detail::engine_door;  // hands the engine the backend, settings and scratch
+
+    // Whether Backend pins memory on its own (io_uring_backend), so that pin_once applies.
+    template <class B, class = void>
+    struct pins_memory : std::false_type {};
+    template <class B>
+    struct pins_memory<B, std::void_t<decltype(std::declval<B&>().set_pin_once(true))>>
+        : std::true_type {};
 
     static context_options checked(context_options options) {
         if (options.queue_depth == 0)

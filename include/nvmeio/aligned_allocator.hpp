@@ -15,6 +15,7 @@
 
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/error.hpp"
+#include "nvmeio/impl/memory_registry.hpp"
 
 namespace nvmeio {
 
@@ -84,6 +85,10 @@ struct buffer_options {
 ///
 /// `size()` is what the caller asked for; `capacity()` is `size()` rounded up to `alignment()`,
 /// so an aligned over-read of a file tail always lands inside the buffer.
+///
+/// Pinned once: an io_uring context that moves bytes through the buffer registers its memory
+/// with the kernel the first time (backend/io_uring_buffers.hpp), so later requests skip
+/// pinning its pages; freeing the buffer first lets every ring that did so go of it.
 class aligned_buffer {
   public:
     /// An empty buffer.
@@ -127,6 +132,12 @@ class aligned_buffer {
                 throw io_error({detail::errno_code(error), "mlock of buffer", "", 0, capacity_});
             }
             locked_ = true;
+        }
+        try {
+            detail::memory_registry::instance().add(data_, capacity_);
+        } catch (...) {
+            release();
+            throw;
         }
     }
 
@@ -173,6 +184,7 @@ class aligned_buffer {
   private:
     void release() noexcept {
         if (data_ == nullptr) return;
+        detail::memory_registry::instance().remove(data_);  // no ring keeps it pinned past here
         if (locked_) (void)::munlock(data_, capacity_);
         ::operator delete (data_, std::align_val_t{allocation_alignment_});
         data_ = nullptr;

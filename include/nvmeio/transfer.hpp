@@ -88,6 +88,11 @@ struct context_options {
     /// again), so a device slower than the limit costs almost nothing extra, while one slow
     /// completion among quick ones costs only its own wait. At most 1 second.
     std::chrono::microseconds spin{0};
+    /// Pin once: an io_uring context registers memory nvmeio allocated (every aligned_buffer)
+    /// with its ring the first time it moves bytes through it, so the kernel pins those pages
+    /// once instead of per request (backend/io_uring_buffers.hpp says how, and what happens when
+    /// the kernel refuses). false leaves every request to pin its own pages, as libaio's do.
+    bool pin_once = true;
 };
 
 /// How many threads a parallel context has and what each thread's context looks like.
@@ -134,6 +139,8 @@ struct batch_options {
     std::size_t min_direct_size = std::size_t{256} << 10;
     /// Bytes of bounce arena in flight at once (rounded up to hold the largest bounced group,
     /// never more than the batch bounces); more bounced bytes than this move in successive waves.
+    /// The arena stays with the context (each worker's, for a parallel one) for its next batch,
+    /// so it is allocated and pinned once, unless it grew past this size.
     std::size_t bounce_size = std::size_t{64} << 20;
     /// Strategy and submit mode of the batch's I/Os; `measure` fills `batch_outcome::perf`.
     transfer_config config{};

@@ -3,6 +3,7 @@
 /// The second Backend policy: io_uring through liburing (optional; whether this build and this
 /// kernel have it: backend/io_uring_support.hpp).
 
+#include "nvmeio/backend/io_uring_buffers.hpp"
 #include "nvmeio/backend/io_uring_support.hpp"
 
 #include <sys/types.h>
@@ -30,18 +31,6 @@
 
 namespace nvmeio {
 
-/// Where a buffer registered with an io_uring_backend lives; the backend owns the memory.
-struct registered_buffer {
-    std::byte* data = nullptr;  ///< First byte (aligned as the aligned_buffer was).
-    std::size_t size = 0;       ///< The aligned_buffer's size().
-};
-
-/// How many requests an io_uring_backend prepared with registered buffers and files.
-struct registration_use {
-    std::uint64_t fixed_buffer_requests = 0;  ///< READ_FIXED / WRITE_FIXED.
-    std::uint64_t fixed_file_requests = 0;    ///< IOSQE_FIXED_FILE.
-};
-
 #if NVMEIO_HAS_IO_URING
 
 /// io_uring. One ring per instance; not thread-safe (one per thread, like libaio_backend).
@@ -55,13 +44,17 @@ struct registration_use {
 /// (a signal pending during the clone, RLIMIT_NPROC, pids.max) the request completes with
 /// -ECANCELED, which the engine resubmits: nvmeio never cancels a request itself.
 ///
-/// Registered buffers and files: `register_buffers` and `register_files` hand aligned_buffers
-/// and files to the backend, which keeps them (so none can be freed or closed while the kernel
-/// holds it) until `unregister_buffers` / `unregister_files` give them back. The kernel then
-/// pins the buffers' pages once instead of per request and skips the descriptor lookup: any
-/// request whose memory lies inside a registered buffer becomes READ_FIXED/WRITE_FIXED, and any
-/// request on a registered file's descriptor uses IOSQE_FIXED_FILE. Nothing else changes for
-/// callers: transfers through the context find them by address and descriptor.
+/// Pin once: memory nvmeio allocated (every aligned_buffer) is registered with the ring the
+/// first time a request moves bytes through it, and let go before it is freed
+/// (backend/io_uring_buffers.hpp); `set_pin_once(false)` (context_options::pin_once) turns that
+/// off. Other memory and descriptors can be registered by hand: `register_buffers` and
+/// `register_files` hand aligned_buffers and files to the backend, which keeps them (so none can
+/// be freed or closed while the kernel holds it) until `unregister_buffers` /
+/// `unregister_files` give them back. The kernel then pins the buffers' pages once instead of
+/// per request and skips the descriptor lookup: any request whose memory lies inside a
+/// registered buffer becomes READ_FIXED/WRITE_FIXED, and any request on a registered file's
+/// descriptor uses IOSQE_FIXED_FILE. Nothing else changes for callers: transfers through the
+/// context find them by address and descriptor.
 class io_uring_backend {
   public:
     /// The backend's name in reports.
@@ -116,7 +109,10 @@ class io_uring_backend {
     io_uring_backend& operator=(const io_uring_backend&) = delete;
 
     /// Tears the ring down; the kernel cancels or waits for requests still in flight.
-    ~io_uring_backend() { ::io_uring_queue_exit(&ring_); }
+    ~io_uring_backend() {
+        buffers_.detach();
+        ::io_uring_queue_exit(&ring_);
+    }
 
     /// Queues up to `count` requests (at most the free queue depth) and hands them to the kernel;
     /// returns how many were queued, or -errno when none could be (-EINVAL in a child after
@@ -184,59 +180,28 @@ class io_uring_backend {
         return limit;
     }
 
-    ///
     /// Registers `buffers` with the kernel and keeps them until unregister_buffers(); on success
-    /// `buffers` is left empty, on failure untouched. Use registered_buffer(i) to reach them.
+    /// `buffers` is left empty, on failure untouched. Use registered_buffer_at(i) to reach them.
     /// Throws std::invalid_argument when buffers are already registered, when `buffers` is
-    /// empty, or when one is empty or larger than 1 GiB (the kernel's limit); io_error when the
-    /// kernel refuses (ENOMEM: pinning them would pass RLIMIT_MEMLOCK).
+    /// empty, when one is empty or larger than 1 GiB (the kernel's limit), or when the ring's
+    /// 4096 slots, less those pinned, cannot hold them; io_error when the kernel refuses (ENOMEM:
+    /// pinning them would pass RLIMIT_MEMLOCK; EINVAL: a kernel before 5.19).
     void register_buffers(std::vector<aligned_buffer>&& buffers) {
         refuse_in_child("register_buffers");
-        if (!buffers_.empty())
-            detail::throw_invalid("register_buffers: buffers are already registered");
-        if (buffers.empty()) detail::throw_invalid("register_buffers: no buffers given");
-        std::vector<iovec> vectors;
-        vectors.reserve(buffers.size());
-        for (std::size_t i = 0; i < buffers.size(); ++i) {
-            const aligned_buffer& b = buffers[i];
-            if (b.capacity() == 0 || b.capacity() > max_length) {
-                detail::throw_invalid("register_buffers: buffer " + std::to_string(i) + " has " +
-                                      std::to_string(b.capacity()) +
-                                      " bytes; each must hold 1 byte to 1 GiB");
-            }
-            vectors.push_back({const_cast<std::byte*>(b.data()), b.capacity()});
-        }
-        const int rc = ::io_uring_register_buffers(&ring_, vectors.data(),
-                                                   static_cast<unsigned>(vectors.size()));
-        if (rc < 0) {
-            std::string what =
-                "io_uring_register_buffers (" + std::to_string(buffers.size()) + " buffers)";
-            if (rc == -ENOMEM)
-                what += " (pinning them would pass RLIMIT_MEMLOCK; raise it or register less)";
-            throw io_error({detail::errno_code(-rc), what, "", 0, 0});
-        }
-        buffers_ = std::move(buffers);
-        buffers.clear();
-        regions_.clear();
-        for (std::size_t i = 0; i < buffers_.size(); ++i) {
-            const auto begin = reinterpret_cast<std::uintptr_t>(buffers_[i].data());
-            regions_.push_back({begin, begin + buffers_[i].capacity(), static_cast<unsigned>(i)});
-        }
-        std::sort(regions_.begin(), regions_.end(),
-                  [](const region& a, const region& b) { return a.begin < b.begin; });
+        buffers_.add(std::move(buffers));
     }
 
+    /// Whether the ring pins memory nvmeio allocated on its own (on unless turned off; see the
+    /// class comment).
+    void set_pin_once(bool on) noexcept { buffers_.set_pin_once(on); }
+
     /// Number of registered buffers (0 when none are).
-    [[nodiscard]] std::size_t registered_buffer_count() const noexcept { return buffers_.size(); }
+    [[nodiscard]] std::size_t registered_buffer_count() const { return buffers_.owned_count(); }
 
     /// Where registered buffer `index` is (in registration order). Throws std::invalid_argument
     /// for an index past the registered ones.
-    [[nodiscard]] registered_buffer registered_buffer_at(std::size_t index) {
-        if (index >= buffers_.size()) {
-            detail::throw_invalid("registered_buffer_at(" + std::to_string(index) + "): " +
-                                  std::to_string(buffers_.size()) + " buffers are registered");
-        }
-        return {buffers_[index].data(), buffers_[index].size()};
+    [[nodiscard]] registered_buffer registered_buffer_at(std::size_t index) const {
+        return buffers_.owned_at(index);
     }
 
     /// Unregisters the buffers and gives them back, in registration order (empty when none were
@@ -244,13 +209,9 @@ class io_uring_backend {
     /// be moving bytes into them.
     std::vector<aligned_buffer> unregister_buffers() {
         refuse_in_child("unregister_buffers");
-        if (buffers_.empty()) return {};
+        if (buffers_.owned_count() == 0) return {};
         refuse_while_in_flight("io_uring_unregister_buffers");
-        const int rc = ::io_uring_unregister_buffers(&ring_);
-        if (rc < 0)
-            throw io_error({detail::errno_code(-rc), "io_uring_unregister_buffers", "", 0, 0});
-        regions_.clear();
-        return std::exchange(buffers_, {});
+        return buffers_.take();
     }
 
     /// Registers the descriptors of `files` with the kernel and keeps the files (open) until
@@ -311,23 +272,20 @@ class io_uring_backend {
         return std::exchange(files_, {});
     }
 
-    /// How many requests used the registrations so far.
-    [[nodiscard]] const registration_use& registered_use() const noexcept { return use_; }
+    /// How requests used the registrations so far, and what the ring pinned on its own.
+    [[nodiscard]] registration_use registered_use() const {
+        registration_use use = use_;
+        buffers_.count(use);
+        return use;
+    }
 
   private:
-    // A registered buffer's address range and its index in the kernel's table.
-    struct region {
-        std::uintptr_t begin;
-        std::uintptr_t end;
-        unsigned index;
-    };
-
     // Fills `sqe` for `r`, with the registered buffer and file where `r` lies in one.
     void prepare(io_uring_sqe* sqe, const io_request& r) noexcept {
         // An SQE holds a 32-bit length; a shorter transfer is a short result the caller
         // already continues from.
         const auto length = static_cast<unsigned>(r.length < max_length ? r.length : max_length);
-        const int buffer_index = registered_index(r.buffer, length);
+        const int buffer_index = buffers_.index_for(r.buffer, length);
         if (buffer_index >= 0) {
             if (r.op == operation::read) {
                 ::io_uring_prep_read_fixed(sqe, r.fd, r.buffer, length, r.offset, buffer_index);
@@ -352,19 +310,6 @@ class io_uring_backend {
             }
         }
         ::io_uring_sqe_set_data64(sqe, r.user_data);
-    }
-
-    // Index of the registered buffer holding [buffer, buffer + length), or -1.
-    int registered_index(const void* buffer, std::size_t length) const noexcept {
-        if (regions_.empty()) return -1;
-        const auto begin = reinterpret_cast<std::uintptr_t>(buffer);
-        auto after = std::upper_bound(
-            regions_.begin(), regions_.end(), begin,
-            [](std::uintptr_t address, const region& r) { return address < r.begin; });
-        if (after == regions_.begin()) return -1;
-        const region& r = *(after - 1);
-        if (begin >= r.end || length > r.end - begin) return -1;
-        return static_cast<int>(r.index);
     }
 
     // After fork the child shares the parent's rings: changing their registrations there would
@@ -422,8 +367,7 @@ class io_uring_backend {
     std::size_t in_flight_ = 0;  // accepted by submit, not reaped yet
     // Members die after the destructor body has torn the ring down, so the kernel lets go of
     // these before they are freed or closed.
-    std::vector<aligned_buffer> buffers_;
-    std::vector<region> regions_;  // buffers_' address ranges, sorted by address
+    detail::ring_buffers buffers_{ring_, creator_};
     std::vector<file> files_;
     std::vector<int> descriptors_;  // files_' descriptors as registered
     registration_use use_;

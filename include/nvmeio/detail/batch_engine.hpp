@@ -179,7 +179,9 @@ void run_groups(Context& context, file& f, operation op, const std::vector<batch
         remaining = needs[k] > SIZE_MAX - remaining ? SIZE_MAX : remaining + needs[k];
     }
 
-    aligned_buffer arena;
+    engine_door::arena_loan<Context> loan(context, options.bounce_size);
+    aligned_buffer& arena = loan.arena;
+    if (arena.alignment() < arena_alignment) arena = aligned_buffer();
     for (std::size_t k = 0; k < which.size();) {
         batch_wave w;
         std::size_t arena_used = 0;

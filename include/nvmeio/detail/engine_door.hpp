@@ -4,7 +4,10 @@
 /// engine: through a context, which hands over its backend, settings and working memory.
 
 #include <cstddef>
+#include <stdexcept>
+#include <utility>
 
+#include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/detail/engine.hpp"
 #include "nvmeio/detail/segment.hpp"
 #include "nvmeio/file.hpp"
@@ -26,6 +29,37 @@ struct engine_door {
                                                f, op, segments, count, settings)
             .run();
     }
+
+    // The context's bounce arena, lent to one batch at a time (detail/batch_engine.hpp) so that
+    // it is allocated, and pinned, once per context rather than once per batch.
+    template <class Context>
+    class arena_loan {
+      public:
+        arena_loan(Context& context, std::size_t keep_up_to)
+            : context_(context), keep_(keep_up_to) {
+            context.creator_.require_current("aio_context");
+            const auto busy = context.in_use_.acquire("aio_context");
+            arena = std::exchange(context.scratch_.arena, {});
+        }
+        arena_loan(const arena_loan&) = delete;
+        arena_loan& operator=(const arena_loan&) = delete;
+        // Hands the arena back, unless it grew past `keep_up_to` or the context is busy (misuse
+        // that the next transfer reports).
+        ~arena_loan() {
+            if (arena.capacity() > keep_) return;
+            try {
+                const auto busy = context_.in_use_.acquire("aio_context");
+                context_.scratch_.arena = std::move(arena);
+            } catch (const std::logic_error&) {
+            }
+        }
+
+        aligned_buffer arena;
+
+      private:
+        Context& context_;
+        std::size_t keep_;
+    };
 };
 
 /// Moves `segments` of `f` through `context`; afterwards each has its `bytes` and `failure`.

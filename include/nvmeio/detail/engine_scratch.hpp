@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/backend/request.hpp"
 #include "nvmeio/detail/request_plan.hpp"
 #include "nvmeio/detail/spin_backoff.hpp"
@@ -46,6 +47,7 @@ struct engine_scratch {
     std::vector<double> completion_samples;
     spin_backoff backoff;  // which waits poll before sleeping (context_options::spin)
     pagemap pages;         // which memory huge pages back (request_plan.hpp)
+    aligned_buffer arena;  // batches' bounce arena, kept for the next (engine_door::arena_loan)
 };
 
 }  // namespace nvmeio::detail

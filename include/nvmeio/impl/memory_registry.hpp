@@ -1,0 +1,132 @@
+#pragma once
+/// \file impl/memory_registry.hpp
+/// The process's record of the memory nvmeio allocated (every aligned_buffer), for pinning it
+/// once: an io_uring ring that meets a request into such memory registers it with the kernel
+/// (backend/io_uring_buffers.hpp), and before the memory is freed every ring that did so lets go
+/// of it, so a registration never outlives its memory. Memory nvmeio did not allocate is never
+/// here and is never pinned behind the caller's back.
+///
+/// Locks: the registry's mutex is taken before a pinner's own; a pinner never calls the registry
+/// while holding its own. fork: the mutex is held across fork (pthread_atfork), so the child
+/// finds it free and consistent; a pinner created by the parent must do nothing in the child.
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace nvmeio::detail {
+
+// What pins registered memory (an io_uring ring). `unpin(id)` is called, with the registry's
+// mutex held, before the memory of registration `id` is freed; it must let go of it at once.
+class memory_pinner {
+  public:
+    virtual void unpin(std::uint64_t id) noexcept = 0;
+
+  protected:
+    memory_pinner() = default;
+    memory_pinner(const memory_pinner&) = default;
+    memory_pinner& operator=(const memory_pinner&) = default;
+    ~memory_pinner() = default;
+};
+
+// A range of addresses: a registered buffer, or on a miss the gap around the address asked for.
+struct memory_range {
+    std::uint64_t id = 0;  // the buffer's registration; 0 for a gap
+    std::uintptr_t begin = 0;
+    std::uintptr_t end = 0;
+};
+
+class memory_registry {
+  public:
+    // The one registry; never destroyed, so buffers freed during exit still find it.
+    static memory_registry& instance() {
+        static memory_registry* const registry = new memory_registry;
+        return *registry;
+    }
+
+    // Records [data, data + size) as nvmeio's.
+    void add(const void* data, std::size_t size) {
+        const auto begin = reinterpret_cast<std::uintptr_t>(data);
+        const std::lock_guard<std::mutex> lock(mutex_);
+        const std::uint64_t id = ++last_id_;
+        buffers_.insert_or_assign(begin, entry{id, begin + size, {}});
+        generation_.fetch_add(1, std::memory_order_release);
+    }
+
+    // Before the memory at `data` is freed: every pinner holding it lets go, then it is
+    // forgotten. Nothing happens for memory the registry does not hold.
+    void remove(const void* data) noexcept {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        const auto found = buffers_.find(reinterpret_cast<std::uintptr_t>(data));
+        if (found == buffers_.end()) return;
+        for (memory_pinner* pinner : found->second.pinners)
+            pinner->unpin(found->second.id);
+        buffers_.erase(found);
+    }
+
+    // Looks up [address, address + length): when a registered buffer holds it, calls
+    // `pin(range)` (with the registry's mutex held, so the buffer cannot be freed meanwhile) and,
+    // when that returns true, records `pinner` as holding the buffer. Returns the buffer's range,
+    // or the gap of addresses around `address` that holds no registered buffer (id 0; empty when
+    // the range straddles a buffer's edge).
+    template <class Pin>
+    memory_range pin(memory_pinner& pinner, const void* address, std::size_t length, Pin&& pin) {
+        const auto begin = reinterpret_cast<std::uintptr_t>(address);
+        const std::lock_guard<std::mutex> lock(mutex_);
+        auto after = buffers_.upper_bound(begin);
+        const std::uintptr_t gap_end =
+            after == buffers_.end() ? std::numeric_limits<std::uintptr_t>::max() : after->first;
+        if (after == buffers_.begin()) return {0, 0, gap_end};
+        entry& e = std::prev(after)->second;
+        const memory_range range{e.id, std::prev(after)->first, e.end};
+        if (begin >= e.end) return {0, e.end, gap_end};
+        if (length > e.end - begin) return {0, begin, begin};
+        if (pin(range) &&
+            std::find(e.pinners.begin(), e.pinners.end(), &pinner) == e.pinners.end()) {
+            e.pinners.push_back(&pinner);
+        }
+        return range;
+    }
+
+    // A pinner going away: no buffer names it any more.
+    void forget(memory_pinner& pinner) noexcept {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        for (auto& [begin, e] : buffers_) {
+            (void)begin;
+            e.pinners.erase(std::remove(e.pinners.begin(), e.pinners.end(), &pinner),
+                            e.pinners.end());
+        }
+    }
+
+    // Changes with every buffer added: a gap seen at one generation still holds no registered
+    // buffer while the generation is unchanged.
+    [[nodiscard]] std::uint64_t generation() const noexcept {
+        return generation_.load(std::memory_order_acquire);
+    }
+
+  private:
+    struct entry {
+        std::uint64_t id;
+        std::uintptr_t end;
+        std::vector<memory_pinner*> pinners;
+    };
+
+    memory_registry() {
+        ::pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
+                         [] { instance().mutex_.unlock(); });
+    }
+
+    std::mutex mutex_;
+    std::map<std::uintptr_t, entry> buffers_;  // by first address
+    std::uint64_t last_id_ = 0;
+    std::atomic<std::uint64_t> generation_{0};
+};
+
+}  // namespace nvmeio::detail

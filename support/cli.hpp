@@ -323,6 +323,12 @@ CLI::Option* add_enum_list_option(CLI::App& app, const std::string& flags,
     return names;
 }
 
+/// A switch.
+[[nodiscard]] inline const enum_names<bool>& on_off_names() {
+    static const enum_names<bool> names{{"on", true}, {"off", false}};
+    return names;
+}
+
 /// The I/O backends a tool can run on.
 enum class backend_kind {
     libaio,    ///< nvmeio::libaio_backend (always built).
@@ -382,6 +388,7 @@ struct transfer_flags {
     direct_io direct = direct_io::on;                    ///< --direct
     backend_kind backend = backend_kind::libaio;         ///< --backend
     unsigned spin_us = 0;                                ///< --spin, microseconds, 0..1000000
+    bool pin_once = true;                                ///< --pin-once
 
     /// Largest --block-size accepted.
     static constexpr std::uint64_t max_block_size = std::uint64_t{1} << 30;
@@ -416,6 +423,10 @@ struct transfer_flags {
                          "it sleeps in the kernel (0: sleep at once); a poll that runs out of "
                          "time backs off for 1, 2, 4 ... 64 waits (context_options::spin)",
                          0u, 1000000u);
+        add_enum_option(app, "--pin-once", pin_once, on_off_names(),
+                        "io_uring: register the tool's buffers with each ring on first use, so "
+                        "the kernel pins their pages once instead of per request "
+                        "(context_options::pin_once)");
     }
 
     /// Checks what one flag alone cannot: an O_DIRECT block size that no device could take.
@@ -438,14 +449,15 @@ struct transfer_flags {
     /// Queue depth and block size of a context.
     [[nodiscard]] context_options context() const {
         return {queue_depth, static_cast<std::size_t>(block_size),
-                std::chrono::microseconds{spin_us}};
+                std::chrono::microseconds{spin_us}, pin_once};
     }
     /// "read overlapped/block qd=32 bs=1M libaio".
     [[nodiscard]] std::string label(const std::string& op) const {
         return op + " " + name_of(strategy_names(), strategy) + "/" +
                name_of(submit_names(), submit) + " qd=" + std::to_string(queue_depth) +
                " bs=" + format_size(block_size) + " " + name_of(backend_names(), backend) +
-               (spin_us != 0 ? " spin=" + std::to_string(spin_us) + "us" : "");
+               (spin_us != 0 ? " spin=" + std::to_string(spin_us) + "us" : "") +
+               (!pin_once && backend == backend_kind::io_uring ? " unpinned" : "");
     }
 };
 

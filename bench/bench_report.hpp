@@ -50,6 +50,7 @@ struct bench_outcome {
             {"threads", c.threads},
             {"backend", support::name_of(support::backend_names(), c.backend)},
             {"spin_us", c.spin.count()},
+            {"pin_once", c.pin_once},
             {"direct_io", c.direct == direct_io::on},
             {"io", to_string(c.direct)}};
 }

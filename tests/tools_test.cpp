@@ -166,6 +166,7 @@ BOOST_AUTO_TEST_CASE(bench_reports_every_pass_of_the_configuration_as_json) {
     BOOST_TEST(doc["config"]["overlap_events"] == false);
     BOOST_TEST(doc["config"]["single_submit"] == true);
     BOOST_TEST(doc["config"]["spin_us"] == 30);
+    BOOST_TEST(doc["config"]["pin_once"] == true);
     BOOST_TEST(doc["cache"] == "warm");
     BOOST_TEST(doc["file_created"] == true);
     BOOST_TEST(doc["validation"] == "passed");
@@ -295,8 +296,16 @@ BOOST_AUTO_TEST_CASE(bench_runs_on_io_uring_or_says_precisely_why_not) {
         BOOST_TEST_REQUIRE(r.status == 0, r.err);
         const json doc = json::parse(r.out);
         BOOST_TEST(doc["config"]["backend"] == "io_uring");
+        BOOST_TEST(doc["config"]["pin_once"] == true);
         BOOST_TEST(doc["validation"] == "passed");
         BOOST_TEST(doc["loops"][0]["requests"] == 16);
+        const ran unpinned = run(quoted(tool("NVMEIO_BENCH")) + " -f " + quoted(path.str()) +
+                                     " -s 2M -b 128K -q 4 -n 1 -w 0 --warm --validate --json "
+                                     "--backend io_uring --pin-once off",
+                                 "bench-uring-unpinned");
+        BOOST_TEST_REQUIRE(unpinned.status == 0, unpinned.err);
+        BOOST_TEST(json::parse(unpinned.out)["config"]["pin_once"] == false);
+        BOOST_TEST(json::parse(unpinned.out)["validation"] == "passed");
         return;
     }
     BOOST_TEST_MESSAGE("io_uring refused by the kernel (" << why.message()
@@ -682,6 +691,7 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         {write_verify, "{F} --size 4096 --block-size 0", "--block-size"},
         {write_verify, "{F} --size 4096 --block-size 1000", "--block-size"},
         {write_verify, "{F} --size 4096 --direct maybe", "--direct"},
+        {write_verify, "{F} --size 4096 --pin-once maybe", "--pin-once"},
         {write_verify, "{F} --size 4096 --strategy x", "--strategy"},
         {write_verify, "{F}", "--size"},
         {read_validate, "{F} -q abc", "--queue-depth"},

@@ -31,8 +31,8 @@
 #include "backend_support.hpp"
 #include "test_support.hpp"
 
-// Pin once: an io_uring context registers the memory nvmeio allocated the first time it moves
-// bytes through it, lets go of it before it is freed, and leaves other memory alone.
+// Pin once: an io_uring context registers the memory nvmeio allocated when it moves bytes
+// through it again, lets go of it before it is freed, and leaves other memory alone.
 
 #if NVMEIO_HAS_IO_URING
 
@@ -68,7 +68,7 @@ constexpr bool addresses_come_back = true;
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(an_aligned_buffer_is_pinned_on_first_use_and_reused_after) {
+BOOST_AUTO_TEST_CASE(an_aligned_buffer_is_pinned_when_it_moves_again_and_stays_pinned) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("pin_first");
     const std::size_t size = 16 * block;
@@ -81,13 +81,20 @@ BOOST_AUTO_TEST_CASE(an_aligned_buffer_is_pinned_on_first_use_and_reused_after) 
     BOOST_TEST(read(context, f, sink.data(), size, 0).bytes == size);
     BOOST_TEST(holds_pattern(sink.data(), size, 31));
     const registration_use first = context.backend().registered_use();
-    BOOST_TEST(first.pinned == 2u);                  // one piece of each buffer
-    BOOST_TEST(first.fixed_buffer_requests == 32u);  // 16 requests each way, every one fixed
-    BOOST_TEST(first.pin_refused == 0);
+    BOOST_TEST(first.pinned == 0u);  // used once: nothing pinned, costs what it did unpinned
+    BOOST_TEST(first.fixed_buffer_requests == 0u);
+    std::memset(sink.data(), 0, size);
     BOOST_TEST(read(context, f, sink.data(), size, 0).bytes == size);
-    const registration_use again = context.backend().registered_use();
-    BOOST_TEST(again.pinned == 2u);  // nothing pinned twice
-    BOOST_TEST(again.fixed_buffer_requests == 48u);
+    BOOST_TEST(write(context, f, source.data(), size, 0).bytes == size);
+    BOOST_TEST(holds_pattern(sink.data(), size, 31));
+    const registration_use second = context.backend().registered_use();
+    BOOST_TEST(second.pinned == 2u);  // one piece of each buffer, at its first request
+    BOOST_TEST(second.fixed_buffer_requests == 32u);  // 16 requests each way, every one fixed
+    BOOST_TEST(second.pin_refused == 0);
+    BOOST_TEST(read(context, f, sink.data(), size, 0).bytes == size);
+    const registration_use third = context.backend().registered_use();
+    BOOST_TEST(third.pinned == 2u);  // nothing pinned twice
+    BOOST_TEST(third.fixed_buffer_requests == 48u);
     BOOST_TEST(nvmeio_test::slurp(path.str()) == nvmeio_test::pattern(size, 31));
 }
 
@@ -102,8 +109,10 @@ BOOST_AUTO_TEST_CASE(memory_nvmeio_did_not_allocate_stays_unpinned) {
     void* mapped =
         ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     BOOST_TEST_REQUIRE(mapped != MAP_FAILED);
-    BOOST_TEST(read(context, f, vector.data(), size, 0).bytes == size);
-    BOOST_TEST(read(context, f, mapped, size, 0).bytes == size);
+    for (int pass = 0; pass < 2; ++pass) {  // a second pass would pin nvmeio's memory
+        BOOST_TEST(read(context, f, vector.data(), size, 0).bytes == size);
+        BOOST_TEST(read(context, f, mapped, size, 0).bytes == size);
+    }
     BOOST_TEST(holds_pattern(vector.data(), size, 32));
     BOOST_TEST(holds_pattern(mapped, size, 32));
     ::munmap(mapped, size);
@@ -121,6 +130,7 @@ BOOST_AUTO_TEST_CASE(turned_off_it_leaves_every_request_plain) {
     uring_context context(options);
     file f(path.str(), open_mode::read);
     aligned_buffer sink(4 * block);
+    BOOST_TEST(read(context, f, sink.data(), 4 * block, 0).bytes == 4 * block);
     BOOST_TEST(read(context, f, sink.data(), 4 * block, 0).bytes == 4 * block);
     BOOST_TEST(holds_pattern(sink.data(), 4 * block, 33));
     BOOST_TEST(context.backend().registered_use().pinned == 0u);
@@ -149,6 +159,7 @@ BOOST_AUTO_TEST_CASE(memory_freed_and_allocated_again_at_the_same_address_gets_i
         aligned_buffer a(size);
         old_address = a.data();
         BOOST_TEST(read(context, first, a.data(), size, 0).bytes == size);
+        BOOST_TEST(read(context, first, a.data(), size, 0).bytes == size);  // pins it
         BOOST_TEST(holds_pattern(a.data(), size, 34));
         BOOST_TEST(context.backend().registered_use().pinned == 1u);
     }
@@ -159,8 +170,11 @@ BOOST_AUTO_TEST_CASE(memory_freed_and_allocated_again_at_the_same_address_gets_i
     } else {
         BOOST_TEST_MESSAGE("this build's allocator never reuses an address: bytes checked only");
     }
-    BOOST_TEST(read(context, second, b.data(), size, 0).bytes == size);
-    BOOST_TEST(holds_pattern(b.data(), size, 35));
+    for (int pass = 0; pass < 2; ++pass) {  // through the old slot, were it left; then pinned
+        std::memset(b.data(), 0, size);
+        BOOST_TEST(read(context, second, b.data(), size, 0).bytes == size);
+        BOOST_TEST(holds_pattern(b.data(), size, 35), "pass " << pass);
+    }
     file written(written_path.str(), open_mode::write);
     BOOST_TEST(write(context, written, b.data(), size, 0).bytes == size);
     BOOST_TEST(nvmeio_test::slurp(written_path.str()) == nvmeio_test::pattern(size, 35));
@@ -176,11 +190,13 @@ BOOST_AUTO_TEST_CASE(a_buffer_may_outlive_the_rings_that_pinned_it_and_the_other
     {
         uring_context brief({4, block});
         BOOST_TEST(read(brief, f, kept.data(), 4 * block, 0).bytes == 4 * block);
+        BOOST_TEST(read(brief, f, kept.data(), 4 * block, 0).bytes == 4 * block);
         BOOST_TEST(brief.backend().registered_use().pinned == 1u);
     }  // the ring goes first: freeing `kept` later must not reach it
     uring_context lasting({4, block});
     {
         aligned_buffer brief(4 * block);
+        BOOST_TEST(read(lasting, f, brief.data(), 4 * block, 0).bytes == 4 * block);
         BOOST_TEST(read(lasting, f, brief.data(), 4 * block, 0).bytes == 4 * block);
         BOOST_TEST(holds_pattern(brief.data(), 4 * block, 36));
     }
@@ -197,7 +213,8 @@ BOOST_AUTO_TEST_CASE(every_worker_of_a_parallel_context_pins_with_its_own_ring) 
     basic_parallel_context<io_uring_backend> context({2, {4, block}, block});
     file f(path.str(), open_mode::read);
     aligned_buffer sink(size);
-    BOOST_TEST(transfer(context, f, operation::read, sink.data(), size, 0).bytes == size);
+    for (int pass = 0; pass < 2; ++pass)
+        BOOST_TEST(transfer(context, f, operation::read, sink.data(), size, 0).bytes == size);
     BOOST_TEST(holds_pattern(sink.data(), size, 37));
     // One job per worker, held until both have started, reads each worker's counts.
     std::mutex m;
@@ -227,8 +244,12 @@ BOOST_AUTO_TEST_CASE(an_async_context_moves_exact_bytes_through_buffers_freed_an
     file f(path.str(), open_mode::read);
     for (int round = 0; round < 6; ++round) {
         aligned_buffer sink(size);
-        BOOST_TEST(context.submit(f, operation::read, sink.data(), size, 0).wait().bytes == size);
-        BOOST_TEST(holds_pattern(sink.data(), size, 38), "round " << round);
+        for (int pass = 0; pass < 2; ++pass) {  // the second pins it
+            std::memset(sink.data(), 0, size);
+            BOOST_TEST(context.submit(f, operation::read, sink.data(), size, 0).wait().bytes ==
+                       size);
+            BOOST_TEST(holds_pattern(sink.data(), size, 38), "round " << round << " pass " << pass);
+        }
     }
 }
 
@@ -252,9 +273,9 @@ BOOST_AUTO_TEST_CASE(a_batch_keeps_its_bounce_arena_pinned_for_the_next_batch) {
         BOOST_TEST(holds_pattern(sink, size, 39));
     }
     const registration_use use = context.backend().registered_use();
-    BOOST_TEST(use.pinned == 1u);  // the arena, once for all three batches
+    BOOST_TEST(use.pinned == 1u);  // the arena, on the second batch, kept for the third
     BOOST_TEST(use.unpinned == 0u);
-    BOOST_TEST(use.fixed_buffer_requests >= 3 * 16u);
+    BOOST_TEST(use.fixed_buffer_requests >= 2 * 16u);
 }
 
 // Threads allocating, moving and freeing buffers through their own rings while one buffer pinned
@@ -277,15 +298,21 @@ BOOST_AUTO_TEST_CASE(threads_pinning_and_freeing_at_once_keep_exact_bytes) {
             uring_context context({4, block});
             file f(path.str(), open_mode::read);
             // Pin the shared buffer in this ring too, then let the main thread free it.
-            if (read(context, f, shared->data() + t * block, block, 0).bytes != block) ++failures;
+            for (int pass = 0; pass < 2; ++pass) {
+                if (read(context, f, shared->data() + t * block, block, 0).bytes != block)
+                    ++failures;
+            }
             ++ready;
             for (int r = 0; r < rounds; ++r) {
                 const std::size_t length = block * static_cast<std::size_t>(1 + (r + t) % 8);
                 aligned_buffer sink(length);
                 const std::uint64_t offset = static_cast<std::uint64_t>(r % 16) * block;
-                if (read(context, f, sink.data(), length, offset).bytes != length) ++failures;
                 const auto expected = nvmeio_test::pattern(size, 40);
-                if (std::memcmp(sink.data(), expected.data() + offset, length) != 0) ++failures;
+                for (int pass = 0; pass < 2; ++pass) {
+                    std::memset(sink.data(), 0, length);
+                    if (read(context, f, sink.data(), length, offset).bytes != length) ++failures;
+                    if (std::memcmp(sink.data(), expected.data() + offset, length) != 0) ++failures;
+                }
             }
             while (!freed.load())
                 std::this_thread::yield();
@@ -333,12 +360,16 @@ BOOST_AUTO_TEST_CASE(a_refused_pin_leaves_requests_plain_and_is_said_once) {
             file f(path.str(), open_mode::read);
             for (int round = 0; round < 3; ++round) {
                 aligned_buffer sink(size);
-                if (read(context, f, sink.data(), size, 0).bytes != size) ::_exit(13);
-                if (!holds_pattern(sink.data(), size, 41)) ::_exit(14);
+                for (int pass = 0; pass < 2; ++pass) {  // the second tries to pin
+                    if (read(context, f, sink.data(), size, 0).bytes != size) ::_exit(13);
+                    if (!holds_pattern(sink.data(), size, 41)) ::_exit(14);
+                }
             }
             uring_context other({8, block});
             aligned_buffer sink(size);
-            if (read(other, f, sink.data(), size, 0).bytes != size) ::_exit(15);
+            for (int pass = 0; pass < 2; ++pass) {  // refused too, and not said again
+                if (read(other, f, sink.data(), size, 0).bytes != size) ::_exit(15);
+            }
             const registration_use use = context.backend().registered_use();
             if (use.pin_refused != ENOMEM) ::_exit(16);
             if (use.pinned != 0 || use.fixed_buffer_requests != 0) ::_exit(17);
@@ -370,6 +401,7 @@ BOOST_AUTO_TEST_CASE(a_child_after_fork_freeing_a_buffer_leaves_the_parents_ring
     uring_context context({4, block});
     file f(path.str(), open_mode::read);
     auto sink = std::make_unique<aligned_buffer>(4 * block);
+    BOOST_TEST(read(context, f, sink->data(), 4 * block, 0).bytes == 4 * block);
     BOOST_TEST(read(context, f, sink->data(), 4 * block, 0).bytes == 4 * block);
     BOOST_TEST_REQUIRE(context.backend().registered_use().pinned == 1u);
     const pid_t child = ::fork();

@@ -86,9 +86,9 @@ struct buffer_options {
 /// `size()` is what the caller asked for; `capacity()` is `size()` rounded up to `alignment()`,
 /// so an aligned over-read of a file tail always lands inside the buffer.
 ///
-/// Pinned once: an io_uring context that moves bytes through the buffer registers its memory
-/// with the kernel the first time (backend/io_uring_buffers.hpp), so later requests skip
-/// pinning its pages; freeing the buffer first lets every ring that did so go of it.
+/// Pinned once: an io_uring context that moves bytes through the buffer again registers its
+/// memory with the kernel (backend/io_uring_buffers.hpp), so later requests skip pinning its
+/// pages; freeing the buffer first lets every ring that did so go of it.
 class aligned_buffer {
   public:
     /// An empty buffer.

@@ -89,9 +89,10 @@ struct context_options {
     /// completion among quick ones costs only its own wait. At most 1 second.
     std::chrono::microseconds spin{0};
     /// Pin once: an io_uring context registers memory nvmeio allocated (every aligned_buffer)
-    /// with its ring the first time it moves bytes through it, so the kernel pins those pages
-    /// once instead of per request (backend/io_uring_buffers.hpp says how, and what happens when
-    /// the kernel refuses). false leaves every request to pin its own pages, as libaio's do.
+    /// with its ring when it moves bytes through it a second time, so from then on the kernel
+    /// pins those pages once instead of per request (backend/io_uring_buffers.hpp says how, and
+    /// what happens when the kernel refuses). false leaves every request to pin its own pages,
+    /// as libaio's do.
     bool pin_once = true;
 };
 

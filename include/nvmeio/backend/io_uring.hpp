@@ -44,8 +44,8 @@ namespace nvmeio {
 /// (a signal pending during the clone, RLIMIT_NPROC, pids.max) the request completes with
 /// -ECANCELED, which the engine resubmits: nvmeio never cancels a request itself.
 ///
-/// Pin once: memory nvmeio allocated (every aligned_buffer) is registered with the ring the
-/// first time a request moves bytes through it, and let go before it is freed
+/// Pin once: memory nvmeio allocated (every aligned_buffer) is registered with the ring when
+/// requests move bytes through it a second time, and let go before it is freed
 /// (backend/io_uring_buffers.hpp); `set_pin_once(false)` (context_options::pin_once) turns that
 /// off. Other memory and descriptors can be registered by hand: `register_buffers` and
 /// `register_files` hand aligned_buffers and files to the backend, which keeps them (so none can

@@ -2,16 +2,19 @@
 /// \file backend/io_uring_buffers.hpp
 /// An io_uring ring's table of registered buffers: those a caller hands over
 /// (io_uring_backend::register_buffers) and the memory nvmeio allocated that the ring pins on its
-/// own the first time a request moves bytes through it (pin once). A request whose memory lies
-/// in a registered buffer goes as READ_FIXED/WRITE_FIXED: the kernel pinned its pages once, at
+/// own once it moves bytes through it again (pin once). A request whose memory lies in a
+/// registered buffer goes as READ_FIXED/WRITE_FIXED: the kernel pinned its pages once, at
 /// registration, instead of once per request.
 ///
 /// Pin once, in detail:
 ///  - Which memory: every aligned_buffer (impl/memory_registry.hpp records them). Memory nvmeio
 ///    did not allocate (a std::vector, a tensor, a mapping) is never pinned behind its owner's
 ///    back; register it by hand if you own it.
-///  - How much: the 64 MiB piece of the buffer that a request falls in, when the first request
-///    into that piece goes through this ring; a request that straddles two pieces goes plain.
+///  - How much, and when: the 64 MiB piece of the buffer that a request falls in, when the
+///    request moves memory of that piece that an earlier request through this ring moved (its
+///    second pass, for a buffer reused pass after pass). Its first pass goes plain, so memory
+///    used once costs what it did unpinned (see moves_again). A request that straddles
+///    two pieces goes plain.
 ///  - Never stale: before an aligned_buffer's memory is freed, every ring that pinned it lets go
 ///    (the slot is emptied in the kernel and forgotten here), so new memory at the same address
 ///    is never moved through the old pages.
@@ -115,8 +118,9 @@ class ring_buffers final : public memory_pinner {
         try {
             const std::uint64_t generation = memory_registry::instance().generation();
             const memory_range seen = memory_registry::instance().pin(
-                *this, buffer, length,
-                [&](const memory_range& r) { return pin(r, begin, length); });
+                *this, buffer, length, [&](const memory_range& r, std::vector<piece_use>& uses) {
+                    return pin(r, uses, begin, length);
+                });
             const std::lock_guard<std::mutex> lock(mutex_);
             if (seen.id == 0) {
                 gap_ = seen;
@@ -229,7 +233,8 @@ class ring_buffers final : public memory_pinner {
     };
 
     // With mutex_ held: pins the piece of buffer `r` that holds [begin, begin + length).
-    bool pin(const memory_range& r, std::uintptr_t begin, std::size_t length) {
+    bool pin(const memory_range& r, std::vector<piece_use>& uses, std::uintptr_t begin,
+             std::size_t length) {
         const std::lock_guard<std::mutex> lock(mutex_);
         if (!pin_once_ || refused_ != 0) return false;
         const std::uintptr_t from = r.begin + (begin - r.begin) / piece * piece;
@@ -238,6 +243,7 @@ class ring_buffers final : public memory_pinner {
         for (const region& held : regions_) {
             if (held.id == r.id && held.begin == from) return true;
         }
+        if (!moves_again(uses, from, begin, length)) return false;
         if (const int rc = make_table(); rc != 0) return refuse(rc);
         if (free_.empty()) return false;
         if (const int rc = fill(free_.back(), from, to - from); rc != 0) return refuse(rc);
@@ -245,6 +251,26 @@ class ring_buffers final : public memory_pinner {
         free_.pop_back();
         ++pinned_;
         return true;
+    }
+
+    // Whether [begin, begin + length) moves memory of the piece at `from` again: it lands in the
+    // span moved before (through any ring) and the bytes moved cover that span. Notes the move.
+    // A piece is pinned only then: a buffer used once (a model loaded into fresh memory) pins
+    // nothing and costs what it did unpinned, while one used again is pinned on its second pass,
+    // when its pages are present and pinning them takes 1-3 ms per 64 MiB here, against 20-200
+    // ms for fresh pages (which the pinning call faults in itself, one by one). Parallel workers
+    // share the record, so a worker pins memory that another one moved before.
+    static bool moves_again(std::vector<piece_use>& uses, std::uintptr_t from, std::uintptr_t begin,
+                            std::size_t length) {
+        auto u = std::find_if(uses.begin(), uses.end(),
+                              [from](const piece_use& x) { return x.begin == from; });
+        if (u == uses.end()) u = uses.insert(uses.end(), {from, begin, begin, 0});
+        const bool again =
+            begin < u->high && begin + length > u->low && u->moved >= u->high - u->low;
+        u->low = std::min(u->low, begin);
+        u->high = std::max<std::uintptr_t>(u->high, begin + length);
+        u->moved += length;
+        return again;
     }
 
     bool refuse(int error) noexcept {

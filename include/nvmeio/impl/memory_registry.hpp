@@ -36,6 +36,15 @@ class memory_pinner {
     ~memory_pinner() = default;
 };
 
+// What transfers moved through one piece of a registered buffer, through any ring: the span of
+// it moved so far and the bytes (a byte moved twice counts twice). Kept for the pinners.
+struct piece_use {
+    std::uintptr_t begin;  // the piece's first address
+    std::uintptr_t low;    // the span moved
+    std::uintptr_t high;
+    std::uint64_t moved;
+};
+
 // A range of addresses: a registered buffer, or on a miss the gap around the address asked for.
 struct memory_range {
     std::uint64_t id = 0;  // the buffer's registration; 0 for a gap
@@ -56,7 +65,7 @@ class memory_registry {
         const auto begin = reinterpret_cast<std::uintptr_t>(data);
         const std::lock_guard<std::mutex> lock(mutex_);
         const std::uint64_t id = ++last_id_;
-        buffers_.insert_or_assign(begin, entry{id, begin + size, {}});
+        buffers_.insert_or_assign(begin, entry{id, begin + size, {}, {}});
         generation_.fetch_add(1, std::memory_order_release);
     }
 
@@ -72,7 +81,8 @@ class memory_registry {
     }
 
     // Looks up [address, address + length): when a registered buffer holds it, calls
-    // `pin(range)` (with the registry's mutex held, so the buffer cannot be freed meanwhile) and,
+    // `pin(range, uses)` with the buffer's piece_use records (with the registry's mutex held, so
+    // the buffer cannot be freed meanwhile) and,
     // when that returns true, records `pinner` as holding the buffer. Returns the buffer's range,
     // or the gap of addresses around `address` that holds no registered buffer (id 0; empty when
     // the range straddles a buffer's edge).
@@ -88,7 +98,7 @@ class memory_registry {
         const memory_range range{e.id, std::prev(after)->first, e.end};
         if (begin >= e.end) return {0, e.end, gap_end};
         if (length > e.end - begin) return {0, begin, begin};
-        if (pin(range) &&
+        if (pin(range, e.uses) &&
             std::find(e.pinners.begin(), e.pinners.end(), &pinner) == e.pinners.end()) {
             e.pinners.push_back(&pinner);
         }
@@ -116,6 +126,7 @@ class memory_registry {
         std::uint64_t id;
         std::uintptr_t end;
         std::vector<memory_pinner*> pinners;
+        std::vector<piece_use> uses;
     };
 
     memory_registry() {

@@ -204,3 +204,39 @@ print("parent", h.wait())
                          env=os.environ, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "child 7" in out.stdout and "parent 0" in out.stdout
+
+
+def test_locked_tensors_freed_on_other_threads_while_a_handle_reads_keep_exact_bytes(workdir, backend):
+    # On io_uring a locked tensor read twice is pinned with the handle's rings; freeing it (here
+    # from another thread, as the garbage collector may) lets every ring go of it first, so the
+    # next tensor, wherever malloc puts it, gets its own bytes.
+    size = 8 << 20
+    path = os.path.join(workdir, "pinned.bin")
+    expected = random_bytes(size, seed=7)
+    h = nvmeio_torch.aio_handle(1 << 20, 8, False, True, 2, backend=backend)
+    assert h.sync_pwrite(expected, path) == 1
+    doomed = []
+    reaper_stop = threading.Event()
+
+    def reaper():
+        while not reaper_stop.is_set() or doomed:
+            if doomed:
+                doomed.pop()  # the last reference: freed on this thread
+            else:
+                time.sleep(0.0005)
+
+    t = threading.Thread(target=reaper)
+    t.start()
+    try:
+        for round in range(12):
+            tensor = h.new_cpu_locked_tensor(size, torch.empty(0, dtype=torch.uint8))
+            for read in range(2):
+                tensor.zero_()
+                assert h.sync_pread(tensor, path) == 1
+                assert torch.equal(tensor, expected), f"round {round}, read {read}"
+            h.free_cpu_locked_tensor(tensor)
+            doomed.append(tensor)
+            del tensor
+    finally:
+        reaper_stop.set()
+        t.join()

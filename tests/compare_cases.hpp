@@ -158,15 +158,15 @@ BOOST_AUTO_TEST_CASE(every_pair_of_start_offsets_gives_the_same_answer) {
     }
 }
 
-BOOST_AUTO_TEST_CASE(
-    first_mismatch_finds_a_difference_near_every_block_boundary_of_a_large_buffer) {
-    constexpr std::size_t n = (std::size_t{1} << 20) + 37;
+// One difference at a time near every block boundary, at both ends and in the middle of `n`
+// bytes, at two alignments; false after the first wrong answer (check() reports it).
+inline bool differences_near_block_boundaries_are_found(std::size_t n) {
     compare_cases::buffer_pair buffers(n, 4);
     for (const std::size_t a_offset : {0u, 5u}) {
         const std::size_t b_offset = a_offset == 0 ? 0 : 61;
         buffers.reset(a_offset, b_offset);
         BOOST_TEST(nvmeio::equal(buffers.a(a_offset), buffers.b(b_offset), n));
-        if (!compare_cases::check(buffers.a(a_offset), buffers.b(b_offset), n)) return;
+        if (!compare_cases::check(buffers.a(a_offset), buffers.b(b_offset), n)) return false;
         std::vector<std::size_t> positions = compare_cases::boundary_offsets();
         for (const std::size_t from_start : compare_cases::boundary_offsets()) {
             positions.push_back(n - 1 - from_start);
@@ -175,10 +175,33 @@ BOOST_AUTO_TEST_CASE(
         for (const std::size_t position : positions) {
             std::uint8_t* b = buffers.b(b_offset);
             b[position] ^= 0x01;
-            if (!compare_cases::check(buffers.a(a_offset), b, n)) return;
+            if (!compare_cases::check(buffers.a(a_offset), b, n)) return false;
             b[position] ^= 0x01;
         }
     }
+    return true;
+}
+
+BOOST_AUTO_TEST_CASE(
+    first_mismatch_finds_a_difference_near_every_block_boundary_of_a_large_buffer) {
+    // Below and past the size from which memcmp leads in every build (detail::memory_bound).
+    for (const std::size_t n : {(std::size_t{1} << 20) + 37, nvmeio::detail::memory_bound + 37}) {
+        if (!differences_near_block_boundaries_are_found(n)) return;
+    }
+}
+
+BOOST_AUTO_TEST_CASE(past_the_caches_all_different_buffers_are_counted_whole) {
+    const std::size_t n = nvmeio::detail::memory_bound + 37;
+    compare_cases::buffer_pair buffers(n, 9);
+    buffers.reset(3, 60);
+    std::uint8_t* b = buffers.b(60);
+    for (std::size_t i = 0; i < n; ++i)
+        b[i] ^= 0x80;
+    if (!compare_cases::check(buffers.a(3), b, n)) return;
+    const nvmeio::mismatch_summary summary = nvmeio::count_mismatches(buffers.a(3), b, n);
+    BOOST_TEST(summary.count == n);
+    BOOST_TEST(summary.first == 0u);
+    BOOST_TEST(summary.last == n - 1);
 }
 
 BOOST_AUTO_TEST_CASE(a_difference_is_found_at_every_stride_boundary_of_mid_sized_buffers) {

@@ -27,18 +27,6 @@ namespace {
 
 __extension__ typedef unsigned __int128 uint128;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool sanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool sanitized = true;
-#else
-constexpr bool sanitized = false;
-#endif
-#else
-constexpr bool sanitized = false;
-#endif
-
 std::uint64_t env_number(const char* name, std::uint64_t fallback) {
     const char* text = std::getenv(name);
     return text != nullptr && *text != '\0' ? std::strtoull(text, nullptr, 10) : fallback;
@@ -468,7 +456,8 @@ BOOST_AUTO_TEST_CASE(gguf_metadata_is_checked_by_type_and_count) {
 
 BOOST_AUTO_TEST_CASE(mutated_headers_never_crash_hang_or_yield_an_out_of_range_tensor,
                      *boost::unit_test::timeout(120)) {
-    const std::uint64_t cases = env_number("NVMEIO_FUZZ_CASES", sanitized ? 600 : 6000);
+    const std::uint64_t cases =
+        env_number("NVMEIO_FUZZ_CASES", nvmeio_test::sanitized ? 600 : 6000);
     const std::uint64_t first_seed = env_number("NVMEIO_FUZZ_SEED", 1);
     const model::planned_model bases[] = {small_plan(model::format::gguf, 3, 32),
                                           small_plan(model::format::gguf, 2, 64),

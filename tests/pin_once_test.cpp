@@ -54,17 +54,7 @@ bool holds_pattern(const void* data, std::size_t size, std::uint64_t seed) {
 }
 
 // Sanitizers' allocators hold freed memory back, so the same address never comes again there.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool addresses_come_back = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool addresses_come_back = false;
-#else
-constexpr bool addresses_come_back = true;
-#endif
-#else
-constexpr bool addresses_come_back = true;
-#endif
+constexpr bool addresses_come_back = !nvmeio_test::sanitized;
 
 }  // namespace
 

@@ -19,6 +19,20 @@
 
 namespace nvmeio_test {
 
+// True in a build under AddressSanitizer or ThreadSanitizer (slower, and their allocators hold
+// freed memory back instead of handing its address out again).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool sanitized = true;
+#else
+inline constexpr bool sanitized = false;
+#endif
+#else
+inline constexpr bool sanitized = false;
+#endif
+
 // Where O_DIRECT test files live: $NVMEIO_TEST_DIR, else a folder in the working directory
 // (ctest runs in the build tree, which is on the disk under test).
 inline std::string scratch_dir() {

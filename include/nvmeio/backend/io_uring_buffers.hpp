@@ -141,8 +141,8 @@ class ring_buffers final : public memory_pinner {
                 ++r;
                 continue;
             }
-            iovec none{nullptr, 0};
-            (void)::io_uring_register_buffers_update_tag(&ring_, r->slot, &none, nullptr, 1);
+            (void)update(r->slot, nullptr,
+                         0);  // refused, the slot is refilled or dies with the ring
             free_.push_back(r->slot);
             ++unpinned_;
             r = regions_.erase(r);
@@ -173,7 +173,7 @@ class ring_buffers final : public memory_pinner {
             const int rc = fill(free_.back(), at, b.capacity());
             if (rc != 0) {
                 for (const region& r : added)
-                    empty_slot(r.slot);
+                    (void)empty_slot(r.slot);
                 throw refused(rc, buffers.size());
             }
             added.push_back({at, at + b.capacity(), free_.back(), 0});
@@ -194,9 +194,8 @@ class ring_buffers final : public memory_pinner {
                 ++r;
                 continue;
             }
-            const int rc = empty_slot(r->slot);
-            if (rc < 0)
-                throw io_error({errno_code(-rc), "io_uring_register_buffers_update", "", 0, 0});
+            if (const int error = empty_slot(r->slot); error != 0)
+                throw io_error({errno_code(error), "io_uring_register_buffers_update", "", 0, 0});
             r = regions_.erase(r);
         }
         return std::exchange(owned_, {});
@@ -298,18 +297,25 @@ class ring_buffers final : public memory_pinner {
         return 0;
     }
 
-    // Registers [begin, begin + length) in `slot`; 0 or the kernel's errno.
-    int fill(unsigned slot, std::uintptr_t begin, std::size_t length) noexcept {
-        iovec v{reinterpret_cast<void*>(begin), length};
-        const int rc = ::io_uring_register_buffers_update_tag(&ring_, slot, &v, nullptr, 1);
+    // Sets `slot` to [begin, begin + length), or empties it for null; 0 or the kernel's errno.
+    // A signal that interrupts the call (one without SA_RESTART) does not stop it.
+    int update(unsigned slot, void* begin, std::size_t length) noexcept {
+        iovec v{begin, length};
+        int rc;
+        do {
+            rc = ::io_uring_register_buffers_update_tag(&ring_, slot, &v, nullptr, 1);
+        } while (rc == -EINTR);
         return rc < 0 ? -rc : 0;
     }
 
+    int fill(unsigned slot, std::uintptr_t begin, std::size_t length) noexcept {
+        return update(slot, reinterpret_cast<void*>(begin), length);
+    }
+
     int empty_slot(unsigned slot) noexcept {
-        iovec none{nullptr, 0};
-        const int rc = ::io_uring_register_buffers_update_tag(&ring_, slot, &none, nullptr, 1);
-        if (rc >= 0) free_.push_back(slot);
-        return rc;
+        const int error = update(slot, nullptr, 0);
+        if (error == 0) free_.push_back(slot);
+        return error;
     }
 
     void insert(const region& r) {

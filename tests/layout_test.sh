@@ -34,7 +34,8 @@ for path in detail/*.hpp; do
   done
 done
 # The headers detail/ stands on must not stand on detail/ in turn.
-for f in $lower backend/libaio backend/io_uring backend/io_uring_support backend/io_uring_buffers; do
+for f in $lower backend/*; do
+  f=${f%.hpp}
   [[ -e $f.hpp ]] || continue
   for i in $(includes "$f.hpp"); do
     if [[ $i == detail/* ]]; then report "$f" "$i" "a header under detail/ includes detail/"; fi

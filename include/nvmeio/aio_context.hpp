@@ -48,7 +48,10 @@ class basic_aio_context {
     explicit basic_aio_context(context_options options = {}, BackendArgs&&... backend_args)
         : options_(checked(options)),
           backend_(options.queue_depth, std::forward<BackendArgs>(backend_args)...) {
-        if constexpr (pins_memory<Backend>::value) backend_.set_pin_once(options.pin_once);
+        if constexpr (has_ring<Backend>::value) {
+            backend_.set_pin_once(options.pin_once);
+            backend_.set_single_issuer(options.single_issuer);
+        }
     }
 
     basic_aio_context(const basic_aio_context&) = delete;
@@ -66,11 +69,13 @@ class basic_aio_context {
   private:
     friend struct detail::engine_door;  // hands the engine the backend, settings and scratch
 
-    // Whether Backend pins memory on its own (io_uring_backend), so that pin_once applies.
+    // Whether Backend has a ring that pins memory on its own and serves one thread
+    // (io_uring_backend), so that pin_once and single_issuer apply.
     template <class B, class = void>
-    struct pins_memory : std::false_type {};
+    struct has_ring : std::false_type {};
     template <class B>
-    struct pins_memory<B, std::void_t<decltype(std::declval<B&>().set_pin_once(true))>>
+    struct has_ring<B, std::void_t<decltype(std::declval<B&>().set_pin_once(true)),
+                                   decltype(std::declval<B&>().set_single_issuer(true))>>
         : std::true_type {};
 
     static context_options checked(context_options options) {

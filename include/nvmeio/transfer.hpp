@@ -94,6 +94,13 @@ struct context_options {
     /// what happens when the kernel refuses). false leaves every request to pin its own pages,
     /// as libaio's do.
     bool pin_once = true;
+    /// One thread's ring: an io_uring context sets its ring up for the one thread that moves
+    /// bytes through it (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1+; SINGLE_ISSUER alone on 6.0),
+    /// bound to the first thread that does, so the kernel runs completion work only when that
+    /// thread waits for it. A context moved to another thread later gets a plain ring there,
+    /// once, with its registrations. false sets up a plain ring from the start (what older
+    /// kernels get anyway). backend/io_uring.hpp says more.
+    bool single_issuer = true;
 };
 
 /// How many threads a parallel context has and what each thread's context looks like.

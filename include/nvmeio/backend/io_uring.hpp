@@ -4,16 +4,14 @@
 /// kernel have it: backend/io_uring_support.hpp).
 
 #include "nvmeio/backend/io_uring_buffers.hpp"
+#include "nvmeio/backend/io_uring_files.hpp"
 #include "nvmeio/backend/io_uring_support.hpp"
 
 #include <sys/types.h>
-#include <algorithm>
 
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
-#include <initializer_list>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -35,6 +33,17 @@ namespace nvmeio {
 
 /// io_uring. One ring per instance; not thread-safe (one per thread, like libaio_backend).
 ///
+/// One thread's ring: where the kernel allows, the ring is set up for one thread
+/// (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1+; SINGLE_ISSUER alone on 6.0), disabled, and the
+/// first thread that submits enables it and becomes its issuer: the kernel then runs completion
+/// work only when that thread waits, with no interrupt and less locking. Used later from another
+/// thread (one at a time, as contexts are), the backend sets up a plain ring in its place, once,
+/// and registers its files and buffers there again; memory it pinned is pinned again as it
+/// moves. `set_single_issuer(false)` (context_options::single_issuer) starts with a plain ring.
+/// A registered ring descriptor (IORING_REGISTER_RING_FDS) is not used: it measured nothing
+/// here (docs/perf/ring_flags.md), and a backend destroyed on another thread would leave its
+/// ring alive in the issuer's table until that thread exits.
+///
 /// A request accepted by `submit` is in the submission ring: if the kernel does not consume it
 /// at once (io_uring_enter answered EAGAIN or EBUSY), the next `reap` hands it over, so an
 /// accepted request is never lost and never submitted twice.
@@ -47,14 +56,11 @@ namespace nvmeio {
 /// Pin once: memory nvmeio allocated (every aligned_buffer) is registered with the ring when
 /// requests move bytes through it a second time, and let go before it is freed
 /// (backend/io_uring_buffers.hpp); `set_pin_once(false)` (context_options::pin_once) turns that
-/// off. Other memory and descriptors can be registered by hand: `register_buffers` and
-/// `register_files` hand aligned_buffers and files to the backend, which keeps them (so none can
-/// be freed or closed while the kernel holds it) until `unregister_buffers` /
-/// `unregister_files` give them back. The kernel then pins the buffers' pages once instead of
-/// per request and skips the descriptor lookup: any request whose memory lies inside a
-/// registered buffer becomes READ_FIXED/WRITE_FIXED, and any request on a registered file's
-/// descriptor uses IOSQE_FIXED_FILE. Nothing else changes for callers: transfers through the
-/// context find them by address and descriptor.
+/// off. `register_buffers` and `register_files` register other buffers and descriptors by hand
+/// (backend/io_uring_files.hpp), kept until `unregister_buffers` / `unregister_files`. A request
+/// whose memory lies in a registered buffer becomes READ_FIXED/WRITE_FIXED (pages pinned once,
+/// not per request), and one on a registered file's descriptor uses IOSQE_FIXED_FILE:
+/// transfers through the context find them by address and descriptor.
 class io_uring_backend {
   public:
     /// The backend's name in reports.
@@ -69,26 +75,12 @@ class io_uring_backend {
     /// 5.4), io_error when the kernel refuses (the message says why and names the fallback).
     explicit io_uring_backend(unsigned queue_depth) : queue_depth_(queue_depth) {
         if (queue_depth == 0) detail::throw_invalid("queue_depth must be at least 1 (got 0)");
-        // Completions are reaped by the submitting thread: no need for an interrupt per I/O.
-        // The kernel then posts a completion that needs the task's help only when the task
-        // enters the kernel; TASKRUN_FLAG makes it say so in the ring (IORING_SQ_TASKRUN), so a
-        // reap that polls from user space knows when to enter (see `reap`).
         // The completion ring holds 16 per queue entry: the engine cuts a request a block device
         // cannot take whole into pieces and keeps as many bytes in flight (up to 16 pieces each).
-        // Kernels before 5.19 refuse the first flags, before 5.5 also CQSIZE.
         const unsigned completions =
             queue_depth > max_completions / 16 ? max_completions : queue_depth * 16;
         io_uring_params params{};
-        int rc = -EINVAL;
-        for (const unsigned flags :
-             {IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_CQSIZE,
-              unsigned{IORING_SETUP_CQSIZE}, 0u}) {
-            params = {};
-            params.flags = flags;
-            if ((flags & IORING_SETUP_CQSIZE) != 0) params.cq_entries = completions;
-            rc = ::io_uring_queue_init_params(queue_depth, &ring_, &params);
-            if (rc != -EINVAL) break;
-        }
+        const int rc = detail::setup_ring(ring_, params, queue_depth, completions, true);
         if (rc == -EINVAL) {
             const unsigned limit = max_queue_depth();
             if (limit != 0 && queue_depth > limit) {
@@ -103,6 +95,7 @@ class io_uring_backend {
                             detail::describe_io_uring_setup_failure(-rc, queue_depth), "", 0, 0});
         }
         completion_capacity_ = params.cq_entries;
+        flags_ = params.flags;
     }
 
     io_uring_backend(const io_uring_backend&) = delete;
@@ -119,6 +112,8 @@ class io_uring_backend {
     /// fork: the rings it shares with its parent are the parent's).
     int submit(const io_request* requests, std::size_t count) noexcept {
         if (creator_ != detail::this_process_id()) return -EINVAL;
+        if (const int rc = serve_this_thread(); rc < 0) return rc;
+        buffers_.let_go();
         std::size_t queued = 0;
         for (; queued < count; ++queued) {
             io_uring_sqe* sqe = ::io_uring_get_sqe(&ring_);
@@ -136,6 +131,7 @@ class io_uring_backend {
     int reap(io_completion* out, std::size_t min, std::size_t max,
              const timespec* timeout) noexcept {
         if (creator_ != detail::this_process_id()) return -EINVAL;
+        if (const int rc = serve_this_thread(); rc < 0) return rc;
         if (min > max) min = max;
         std::size_t got = take(out, max);
         if (got == 0 && min == 0 && max > 0 && task_work_flagged()) {
@@ -171,13 +167,7 @@ class io_uring_backend {
     /// IORING_SETUP_CLAMP, which makes the kernel shrink a too-deep ring to its limit instead of
     /// refusing it (so this briefly creates a ring of that depth).
     [[nodiscard]] static unsigned max_queue_depth() noexcept {
-        io_uring ring{};
-        io_uring_params params{};
-        params.flags = IORING_SETUP_CLAMP;
-        if (::io_uring_queue_init_params(1u << 30, &ring, &params) < 0) return 0;
-        const unsigned limit = params.sq_entries;
-        ::io_uring_queue_exit(&ring);
-        return limit;
+        return detail::kernel_max_queue_depth();
     }
 
     /// Registers `buffers` with the kernel and keeps them until unregister_buffers(); on success
@@ -188,12 +178,28 @@ class io_uring_backend {
     /// pinning them would pass RLIMIT_MEMLOCK; EINVAL: a kernel before 5.19).
     void register_buffers(std::vector<aligned_buffer>&& buffers) {
         refuse_in_child("register_buffers");
+        take_to_this_thread("register_buffers");
         buffers_.add(std::move(buffers));
     }
 
     /// Whether the ring pins memory nvmeio allocated on its own (on unless turned off; see the
     /// class comment).
     void set_pin_once(bool on) noexcept { buffers_.set_pin_once(on); }
+
+    /// Whether the ring serves one thread (on unless turned off; see the class comment). Turned
+    /// off, a ring set up for one thread is replaced by a plain one now (turning it on again
+    /// leaves a plain ring plain). Throws io_error when the kernel refuses the new ring, or
+    /// io_error (EBUSY) with requests in flight.
+    void set_single_issuer(bool on) {
+        if (on || (flags_ & IORING_SETUP_SINGLE_ISSUER) == 0) return;
+        refuse_while_in_flight("io_uring_setup");
+        if (const int rc = replace_ring(); rc < 0)
+            throw io_error({detail::errno_code(-rc), "io_uring_setup (a plain ring)", "", 0, 0});
+    }
+
+    /// The IORING_SETUP_* flags the ring was set up with (R_DISABLED stays among them once the
+    /// issuer has enabled it).
+    [[nodiscard]] unsigned setup_flags() const noexcept { return flags_; }
 
     /// Number of registered buffers (0 when none are).
     [[nodiscard]] std::size_t registered_buffer_count() const { return buffers_.owned_count(); }
@@ -210,6 +216,7 @@ class io_uring_backend {
     std::vector<aligned_buffer> unregister_buffers() {
         refuse_in_child("unregister_buffers");
         if (buffers_.owned_count() == 0) return {};
+        take_to_this_thread("unregister_buffers");
         refuse_while_in_flight("io_uring_unregister_buffers");
         return buffers_.take();
     }
@@ -221,55 +228,27 @@ class io_uring_backend {
     /// refuses.
     void register_files(std::vector<file>&& files) {
         refuse_in_child("register_files");
-        if (!files_.empty()) detail::throw_invalid("register_files: files are already registered");
-        if (files.empty()) detail::throw_invalid("register_files: no files given");
-        std::vector<int> descriptors;
-        descriptors.reserve(files.size());
-        for (std::size_t i = 0; i < files.size(); ++i) {
-            if (!files[i].is_open()) {
-                detail::throw_invalid("register_files: file " + std::to_string(i) + " (" +
-                                      files[i].path() + ") is not open");
-            }
-            descriptors.push_back(files[i].native_handle());
-        }
-        const int rc = ::io_uring_register_files(&ring_, descriptors.data(),
-                                                 static_cast<unsigned>(descriptors.size()));
-        if (rc < 0) {
-            throw io_error({detail::errno_code(-rc),
-                            "io_uring_register_files (" + std::to_string(files.size()) + " files)",
-                            files.front().path(), 0, 0});
-        }
-        files_ = std::move(files);
-        files.clear();
-        descriptors_ = std::move(descriptors);
+        take_to_this_thread("register_files");
+        files_.add(ring_, std::move(files));
     }
 
     /// Number of registered files (0 when none are).
-    [[nodiscard]] std::size_t registered_file_count() const noexcept { return files_.size(); }
+    [[nodiscard]] std::size_t registered_file_count() const noexcept { return files_.count(); }
 
     /// Registered file `index` (in registration order), to transfer through. The backend owns
     /// it: do not close it or assign to it (a request on a descriptor other than the one
     /// registered never uses the registration). Throws std::invalid_argument for an index past
     /// the registered ones.
-    [[nodiscard]] file& registered_file(std::size_t index) {
-        if (index >= files_.size()) {
-            detail::throw_invalid("registered_file(" + std::to_string(index) +
-                                  "): " + std::to_string(files_.size()) + " files are registered");
-        }
-        return files_[index];
-    }
+    [[nodiscard]] file& registered_file(std::size_t index) { return files_.at(index); }
 
     /// Unregisters the files and gives them back, still open, in registration order (empty
     /// when none were registered). Throws io_error (EBUSY) while requests are in flight.
     std::vector<file> unregister_files() {
         refuse_in_child("unregister_files");
-        if (files_.empty()) return {};
+        if (files_.count() == 0) return {};
+        take_to_this_thread("unregister_files");
         refuse_while_in_flight("io_uring_unregister_files");
-        const int rc = ::io_uring_unregister_files(&ring_);
-        if (rc < 0)
-            throw io_error({detail::errno_code(-rc), "io_uring_unregister_files", "", 0, 0});
-        descriptors_.clear();
-        return std::exchange(files_, {});
+        return files_.take(ring_);
     }
 
     /// How requests used the registrations so far, and what the ring pinned on its own.
@@ -299,15 +278,10 @@ class io_uring_backend {
             ::io_uring_prep_write(sqe, r.fd, r.buffer, length, r.offset);
         }
         sqe->rw_flags = static_cast<__kernel_rwf_t>(r.rw_flags);
-        for (std::size_t i = 0; i < descriptors_.size(); ++i) {
-            // The file's current descriptor must still be the registered one: a registered file
-            // closed through registered_file() matches nothing, whatever number reuses its fd.
-            if (descriptors_[i] == r.fd && files_[i].native_handle() == r.fd) {
-                sqe->fd = static_cast<int>(i);
-                sqe->flags |= IOSQE_FIXED_FILE;
-                ++use_.fixed_file_requests;
-                break;
-            }
+        if (const int index = files_.index_of(r.fd); index >= 0) {
+            sqe->fd = index;
+            sqe->flags |= IOSQE_FIXED_FILE;
+            ++use_.fixed_file_requests;
         }
         ::io_uring_sqe_set_data64(sqe, r.user_data);
     }
@@ -321,6 +295,53 @@ class io_uring_backend {
                             " in a child after fork (the io_uring belongs to the parent; create a "
                             "new context in the child)",
                         "", 0, 0});
+    }
+
+    // Makes the ring serve the calling thread: enables a ring made for one thread on its first
+    // use, and sets up a plain ring in place of one that serves another thread (see the class
+    // comment). 0 or -errno (EEXIST: another thread's requests are in flight).
+    int serve_this_thread() noexcept {
+        if ((flags_ & IORING_SETUP_SINGLE_ISSUER) == 0) return 0;
+        const pid_t me = detail::this_thread_id();
+        const pid_t issuer = buffers_.issuer();
+        if (issuer == me) return 0;
+        if (issuer == 0) return buffers_.bind(me, [this] { return detail::enable_ring(ring_); });
+        if (in_flight_ != 0) return -EEXIST;
+        return replace_ring();
+    }
+
+    // The same for a registration call, which throws.
+    void take_to_this_thread(const char* operation) {
+        if ((flags_ & IORING_SETUP_SINGLE_ISSUER) == 0 || buffers_.issuer() == 0 ||
+            buffers_.issuer() == detail::this_thread_id())
+            return;  // a disabled ring takes registrations from any thread
+        refuse_while_in_flight(operation);
+        if (const int rc = serve_this_thread(); rc < 0) {
+            throw io_error(
+                {detail::errno_code(-rc),
+                 std::string(operation) + ": io_uring_setup (a plain ring for this thread)", "", 0,
+                 0});
+        }
+    }
+
+    // Sets up a plain ring, registers the files there, and puts it in place of the ring (whose
+    // teardown lets go of every registration); the buffers' table is filled again. 0 or -errno,
+    // the old ring kept.
+    int replace_ring() noexcept {
+        io_uring fresh{};
+        io_uring_params params{};
+        int rc = detail::setup_ring(fresh, params, queue_depth_, completion_capacity_, false);
+        if (rc < 0) return rc;
+        if (rc = files_.add_again(fresh); rc < 0) {
+            ::io_uring_queue_exit(&fresh);
+            return rc;
+        }
+        buffers_.replace_ring([&] {
+            std::swap(ring_, fresh);
+            ::io_uring_queue_exit(&fresh);  // the old ring
+        });
+        flags_ = params.flags;
+        return 0;
     }
 
     void refuse_while_in_flight(const char* operation) const {
@@ -363,13 +384,13 @@ class io_uring_backend {
     static constexpr unsigned max_completions = 65536;  // IORING_MAX_CQ_ENTRIES
     unsigned queue_depth_;
     unsigned completion_capacity_ = 0;
+    unsigned flags_ = 0;  // the ring's IORING_SETUP_* flags
     pid_t creator_ = detail::this_process_id();
     std::size_t in_flight_ = 0;  // accepted by submit, not reaped yet
     // Members die after the destructor body has torn the ring down, so the kernel lets go of
     // these before they are freed or closed.
     detail::ring_buffers buffers_{ring_, creator_};
-    std::vector<file> files_;
-    std::vector<int> descriptors_;  // files_' descriptors as registered
+    detail::ring_files files_;
     registration_use use_;
 };
 

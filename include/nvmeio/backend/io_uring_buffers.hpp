@@ -16,19 +16,24 @@
 ///    used once costs what it did unpinned (see moves_again). A request that straddles
 ///    two pieces goes plain.
 ///  - Never stale: before an aligned_buffer's memory is freed, every ring that pinned it lets go
-///    (the slot is emptied in the kernel and forgotten here), so new memory at the same address
-///    is never moved through the old pages.
+///    (the slot is forgotten here and emptied in the kernel), so new memory at the same address
+///    is never moved through the old pages. A ring that serves one thread (SINGLE_ISSUER) takes
+///    table changes from that thread only: freed on another thread, the slot is forgotten at
+///    once (no request can reach it) and emptied by the ring's thread before its next submit,
+///    so the old pages stay pinned until then (or until the ring goes).
 ///  - Refused: when the kernel will not pin (ENOMEM at RLIMIT_MEMLOCK; EINVAL before Linux 5.19,
 ///    which has no sparse tables), the ring stops trying and its requests go plain; the process
 ///    says so once on stderr and `registration_use::pin_refused` holds the errno. A full table
 ///    (4096 slots) leaves further pieces plain. No transfer ever fails for it.
 
+#include "nvmeio/backend/io_uring_registration.hpp"
 #include "nvmeio/backend/io_uring_support.hpp"
 
 #include <sys/types.h>
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -45,41 +50,13 @@
 
 namespace nvmeio {
 
-/// Where a buffer registered with an io_uring_backend lives; the backend owns the memory.
-struct registered_buffer {
-    std::byte* data = nullptr;  ///< First byte (aligned as the aligned_buffer was).
-    std::size_t size = 0;       ///< The aligned_buffer's size().
-};
-
-/// How an io_uring_backend used its registrations so far.
-struct registration_use {
-    std::uint64_t fixed_buffer_requests = 0;  ///< READ_FIXED / WRITE_FIXED (pinned or by hand).
-    std::uint64_t fixed_file_requests = 0;    ///< IOSQE_FIXED_FILE.
-    std::uint64_t pinned = 0;    ///< Pieces of nvmeio's memory this ring pinned on its own.
-    std::uint64_t unpinned = 0;  ///< Of those, let go because their memory was being freed.
-    int pin_refused = 0;         ///< The errno with which the kernel refused to pin; 0 if never.
-};
-
 #if NVMEIO_HAS_IO_URING
 
 namespace detail {
 
-// Says once per process that pinning was refused, and what happens instead.
-inline void report_pin_refusal(int error) noexcept {
-    static std::once_flag said;
-    std::call_once(said, [error] {
-        std::string why = std::system_category().message(error);
-        if (error == ENOMEM) why += ": pinning would pass RLIMIT_MEMLOCK (ulimit -l)";
-        if (error == EINVAL) why += ": this kernel has no sparse buffer tables (Linux 5.19+)";
-        std::fprintf(stderr,
-                     "nvmeio: io_uring did not pin buffers (%s); requests go on unpinned, "
-                     "each pinning its pages as it runs\n",
-                     why.c_str());
-    });
-}
-
 // One ring's registered buffers: see the file comment. Thread-safe: the ring's thread looks up
-// and pins, any thread freeing an aligned_buffer unpins.
+// and pins, any thread freeing an aligned_buffer unpins. Also keeps which thread the ring
+// serves, as table changes from any other thread must wait for that one.
 class ring_buffers final : public memory_pinner {
   public:
     static constexpr unsigned slots = 4096;
@@ -137,16 +114,76 @@ class ring_buffers final : public memory_pinner {
     void unpin(std::uint64_t id) noexcept override {
         if (creator_ != this_process_id()) return;  // the parent's ring: not ours to change
         const std::lock_guard<std::mutex> lock(mutex_);
+        const pid_t issuer = issuer_.load(std::memory_order_relaxed);
+        const bool here = issuer == 0 || issuer == this_thread_id();
         for (auto r = regions_.begin(); r != regions_.end();) {
             if (r->id != id) {
                 ++r;
                 continue;
             }
-            (void)update(r->slot, nullptr,
-                         0);  // refused, the slot is refilled or dies with the ring
-            free_.push_back(r->slot);
+            if (here) {
+                (void)update(r->slot, nullptr, 0);  // refused, it is refilled or dies with the ring
+                free_.push_back(r->slot);
+            } else {
+                later_.push_back(r->slot);  // for the ring's thread (let_go)
+                has_later_.store(true, std::memory_order_release);
+            }
             ++unpinned_;
             r = regions_.erase(r);
+        }
+    }
+
+    // The thread the ring serves (SINGLE_ISSUER, once enabled), or 0 for any.
+    [[nodiscard]] pid_t issuer() const noexcept { return issuer_.load(std::memory_order_relaxed); }
+
+    // Enables the ring with `enable` and makes the calling thread, `me`, its issuer, with no
+    // unpin in between; 0 or what `enable` returned.
+    template <class Enable>
+    int bind(pid_t me, Enable&& enable) noexcept {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        const int rc = enable();
+        if (rc == 0) issuer_.store(me, std::memory_order_relaxed);
+        return rc;
+    }
+
+    // On the ring's thread: empties the slots of memory freed on other threads.
+    void let_go() noexcept {
+        if (!has_later_.load(std::memory_order_acquire)) return;
+        const std::lock_guard<std::mutex> lock(mutex_);
+        for (const unsigned slot : later_)
+            (void)empty_slot(slot);  // refused, it stays out of use until the ring goes
+        later_.clear();
+        has_later_.store(false, std::memory_order_relaxed);
+    }
+
+    // Runs `replace`, which sets a new ring up in place of the old one and tears the old one
+    // down (with every registration it held), with no table change in between; then fills the
+    // new ring's table with the caller's buffers. Pinned memory is pinned again as it moves.
+    template <class Replace>
+    void replace_ring(Replace&& replace) noexcept {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        replace();
+        issuer_.store(0, std::memory_order_relaxed);
+        later_.clear();
+        has_later_.store(false, std::memory_order_relaxed);
+        table_made_ = false;
+        free_.clear();
+        std::vector<region> owned;
+        for (const region& r : regions_) {
+            if (r.id == 0) owned.push_back(r);
+        }
+        regions_.clear();
+        if (owned.empty()) return;
+        int error = make_table();
+        for (const region& r : owned) {
+            if (error == 0) error = fill(r.slot, r.begin, r.end - r.begin);
+            if (error != 0) break;
+            free_.erase(std::find(free_.begin(), free_.end(), r.slot));
+            regions_.push_back(r);  // still in address order
+        }
+        if (error != 0) {  // the caller's buffers go plain, and nothing is pinned any more
+            regions_.clear();
+            (void)refuse(error);
         }
     }
 
@@ -253,26 +290,6 @@ class ring_buffers final : public memory_pinner {
         return true;
     }
 
-    // Whether [begin, begin + length) moves memory of the piece at `from` again: it lands in the
-    // span moved before (through any ring) and the bytes moved cover that span. Notes the move.
-    // A piece is pinned only then: a buffer used once (a model loaded into fresh memory) pins
-    // nothing and costs what it did unpinned, while one used again is pinned on its second pass,
-    // when its pages are present and pinning them takes 1-3 ms per 64 MiB here, against 20-200
-    // ms for fresh pages (which the pinning call faults in itself, one by one). Parallel workers
-    // share the record, so a worker pins memory that another one moved before.
-    static bool moves_again(std::vector<piece_use>& uses, std::uintptr_t from, std::uintptr_t begin,
-                            std::size_t length) {
-        auto u = std::find_if(uses.begin(), uses.end(),
-                              [from](const piece_use& x) { return x.begin == from; });
-        if (u == uses.end()) u = uses.insert(uses.end(), {from, begin, begin, 0});
-        const bool again =
-            begin < u->high && begin + length > u->low && u->moved >= u->high - u->low;
-        u->low = std::min(u->low, begin);
-        u->high = std::max<std::uintptr_t>(u->high, begin + length);
-        u->moved += length;
-        return again;
-    }
-
     bool refuse(int error) noexcept {
         refused_ = error;
         report_pin_refusal(error);
@@ -344,6 +361,9 @@ class ring_buffers final : public memory_pinner {
     bool pin_once_ = true;
     bool table_made_ = false;
     int refused_ = 0;
+    std::atomic<pid_t> issuer_{0};  // the thread the ring serves; 0 for any
+    std::vector<unsigned> later_;   // slots of memory freed on other threads, to empty
+    std::atomic<bool> has_later_{false};
     std::vector<region> regions_;        // sorted by address
     std::vector<unsigned> free_;         // empty slots
     std::vector<aligned_buffer> owned_;  // the caller's, while registered

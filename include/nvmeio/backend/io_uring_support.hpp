@@ -29,6 +29,8 @@
 
 #if NVMEIO_HAS_IO_URING
 #include <liburing.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace nvmeio {
@@ -72,6 +74,60 @@ inline std::string describe_io_uring_setup_failure(int error_number, unsigned qu
 }  // namespace detail
 
 #if NVMEIO_HAS_IO_URING
+
+namespace detail {
+
+// Sets `ring` up for `queue_depth` requests and `completions` completions with the newest flags
+// this kernel takes, falling back flag by flag; 0 with `params` filled, or -errno.
+//  - For one thread (`one_thread`): SINGLE_ISSUER | DEFER_TASKRUN (Linux 6.1), then
+//    SINGLE_ISSUER alone (6.0). Made disabled (R_DISABLED): the thread that first submits
+//    enables it (enable_ring) and so becomes its one issuer, wherever it was made.
+//  - Then, for any thread: COOP_TASKRUN | TASKRUN_FLAG (5.19), CQSIZE (5.5), nothing.
+// COOP_TASKRUN: no interrupt per completion, as the submitting thread reaps; TASKRUN_FLAG: the
+// ring says when the kernel holds completions it posts only once the thread enters it
+// (IORING_SQ_TASKRUN), so a reap polling from user space knows when to enter.
+inline int setup_ring(io_uring& ring, io_uring_params& params, unsigned queue_depth,
+                      unsigned completions, bool one_thread) noexcept {
+    constexpr unsigned cooperative =
+        IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_CQSIZE;
+    constexpr unsigned disabled_for_one = IORING_SETUP_R_DISABLED | IORING_SETUP_SINGLE_ISSUER;
+    constexpr unsigned choices[] = {disabled_for_one | IORING_SETUP_DEFER_TASKRUN | cooperative,
+                                    disabled_for_one | cooperative, cooperative,
+                                    IORING_SETUP_CQSIZE, 0u};
+    int rc = -EINVAL;
+    for (const unsigned flags : choices) {
+        if (!one_thread && (flags & IORING_SETUP_SINGLE_ISSUER) != 0) continue;
+        params = {};
+        params.flags = flags;
+        if ((flags & IORING_SETUP_CQSIZE) != 0) params.cq_entries = completions;
+        rc = ::io_uring_queue_init_params(queue_depth, &ring, &params);
+        if (rc != -EINVAL) break;
+    }
+    return rc;
+}
+
+// The deepest ring this kernel creates, or 0 when it cannot tell. Asked with IORING_SETUP_CLAMP,
+// which makes the kernel shrink a too-deep ring to its limit instead of refusing it (so this
+// briefly creates a ring of that depth).
+inline unsigned kernel_max_queue_depth() noexcept {
+    io_uring ring{};
+    io_uring_params params{};
+    params.flags = IORING_SETUP_CLAMP;
+    if (::io_uring_queue_init_params(1u << 30, &ring, &params) < 0) return 0;
+    const unsigned limit = params.sq_entries;
+    ::io_uring_queue_exit(&ring);
+    return limit;
+}
+
+// Enables a ring set up disabled; the calling thread becomes its issuer. 0 or -errno. (Called
+// raw: liburing 2.3 declares io_uring_enable_rings but its library lacks it.)
+inline int enable_ring(const io_uring& ring) noexcept {
+    const long rc =
+        ::syscall(__NR_io_uring_register, ring.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0);
+    return rc < 0 ? -errno : 0;
+}
+
+}  // namespace detail
 
 /// True when the kernel lets this process create an io_uring; otherwise `why` holds the
 /// reason (EPERM, ENOSYS...) and a program can fall back to libaio_backend.

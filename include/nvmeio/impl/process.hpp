@@ -6,6 +6,7 @@
 /// pthread_atfork handler; a child made by raw clone() or vfork() runs no handler.
 
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -31,6 +32,19 @@ inline void refresh_process_id() noexcept {
     }();
     (void)registered;
     return cached_process_id().load(std::memory_order_relaxed);
+}
+
+/// The calling thread's kernel id (gettid), for objects that serve one thread: cached per thread,
+/// and asked again in a child after fork, where the forking thread has a new id.
+[[nodiscard]] inline pid_t this_thread_id() noexcept {
+    thread_local pid_t id = 0;
+    thread_local pid_t in_process = 0;
+    const pid_t process = this_process_id();
+    if (in_process != process) {
+        id = static_cast<pid_t>(::syscall(SYS_gettid));
+        in_process = process;
+    }
+    return id;
 }
 
 }  // namespace nvmeio::detail

@@ -51,6 +51,7 @@ struct bench_outcome {
             {"backend", support::name_of(support::backend_names(), c.backend)},
             {"spin_us", c.spin.count()},
             {"pin_once", c.pin_once},
+            {"single_issuer", c.single_issuer},
             {"direct_io", c.direct == direct_io::on},
             {"io", to_string(c.direct)}};
 }

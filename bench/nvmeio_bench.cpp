@@ -58,6 +58,7 @@ bench::bench_plan plan(int argc, char** argv) {
     p.config.ring = p.flags.ring;
     p.config.spin = std::chrono::microseconds{transfer.spin_us};
     p.config.pin_once = transfer.pin_once;
+    p.config.single_issuer = transfer.single_issuer;
     p.config.direct = transfer.direct;
     p.target = support::inspect_target(p.flags.path);
     if (p.config.op == nvmeio::operation::write)

@@ -42,6 +42,8 @@ struct run_config {
     std::chrono::microseconds spin{0};
     /// context_options::pin_once: io_uring pins the buffer once instead of per request.
     bool pin_once = true;
+    /// context_options::single_issuer: each io_uring ring set up for its one thread.
+    bool single_issuer = true;
     /// How the file is opened: O_DIRECT (the default), buffered, uncached or automatic. A write
     /// pass that did not go O_DIRECT ends with fdatasync inside its time: its bytes are on the
     /// device when it ends, as an O_DIRECT pass's are.
@@ -203,7 +205,8 @@ class runner {
 
     // The last parallel context made, per backend, and what it was made for.
     struct context_cache {
-        using key = std::tuple<unsigned, unsigned, std::size_t, std::chrono::microseconds, bool>;
+        using key =
+            std::tuple<unsigned, unsigned, std::size_t, std::chrono::microseconds, bool, bool>;
         std::optional<basic_parallel_context<libaio_backend>> libaio;
         key libaio_key{};
 #if NVMEIO_HAS_IO_URING
@@ -212,13 +215,15 @@ class runner {
 #endif
         template <class Backend>
         basic_parallel_context<Backend>& get(const run_config& c) {
-            const key wanted{c.threads, c.queue_depth, c.block_size, c.spin, c.pin_once};
+            const key wanted{c.threads, c.queue_depth, c.block_size,
+                             c.spin,    c.pin_once,    c.single_issuer};
             auto [slot, slot_key] = slot_of<Backend>();
             if (!slot->has_value() || *slot_key != wanted) {
                 slot->reset();
                 parallel_options options;
                 options.threads = c.threads;
-                options.context = {c.queue_depth, c.block_size, c.spin, c.pin_once};
+                options.context = {c.queue_depth, c.block_size, c.spin, c.pin_once,
+                                   c.single_issuer};
                 slot->emplace(options);
                 *slot_key = wanted;
             }

@@ -389,6 +389,7 @@ struct transfer_flags {
     backend_kind backend = backend_kind::libaio;         ///< --backend
     unsigned spin_us = 0;                                ///< --spin, microseconds, 0..1000000
     bool pin_once = true;                                ///< --pin-once
+    bool single_issuer = true;                           ///< --single-issuer
 
     /// Largest --block-size accepted.
     static constexpr std::uint64_t max_block_size = std::uint64_t{1} << 30;
@@ -427,6 +428,10 @@ struct transfer_flags {
                         "io_uring: register the tool's buffers with each ring on first use, so "
                         "the kernel pins their pages once instead of per request "
                         "(context_options::pin_once)");
+        add_enum_option(app, "--single-issuer", single_issuer, on_off_names(),
+                        "io_uring: set each ring up for the one thread that uses it "
+                        "(SINGLE_ISSUER | DEFER_TASKRUN where the kernel allows; "
+                        "context_options::single_issuer)");
     }
 
     /// Checks what one flag alone cannot: an O_DIRECT block size that no device could take.
@@ -449,7 +454,7 @@ struct transfer_flags {
     /// Queue depth and block size of a context.
     [[nodiscard]] context_options context() const {
         return {queue_depth, static_cast<std::size_t>(block_size),
-                std::chrono::microseconds{spin_us}, pin_once};
+                std::chrono::microseconds{spin_us}, pin_once, single_issuer};
     }
     /// "read overlapped/block qd=32 bs=1M libaio".
     [[nodiscard]] std::string label(const std::string& op) const {
@@ -457,7 +462,8 @@ struct transfer_flags {
                name_of(submit_names(), submit) + " qd=" + std::to_string(queue_depth) +
                " bs=" + format_size(block_size) + " " + name_of(backend_names(), backend) +
                (spin_us != 0 ? " spin=" + std::to_string(spin_us) + "us" : "") +
-               (!pin_once && backend == backend_kind::io_uring ? " unpinned" : "");
+               (!pin_once && backend == backend_kind::io_uring ? " unpinned" : "") +
+               (!single_issuer && backend == backend_kind::io_uring ? " any-thread" : "");
     }
 };
 

@@ -297,14 +297,16 @@ BOOST_AUTO_TEST_CASE(bench_runs_on_io_uring_or_says_precisely_why_not) {
         const json doc = json::parse(r.out);
         BOOST_TEST(doc["config"]["backend"] == "io_uring");
         BOOST_TEST(doc["config"]["pin_once"] == true);
+        BOOST_TEST(doc["config"]["single_issuer"] == true);
         BOOST_TEST(doc["validation"] == "passed");
         BOOST_TEST(doc["loops"][0]["requests"] == 16);
         const ran unpinned = run(quoted(tool("NVMEIO_BENCH")) + " -f " + quoted(path.str()) +
                                      " -s 2M -b 128K -q 4 -n 1 -w 0 --warm --validate --json "
-                                     "--backend io_uring --pin-once off",
+                                     "--backend io_uring --pin-once off --single-issuer off",
                                  "bench-uring-unpinned");
         BOOST_TEST_REQUIRE(unpinned.status == 0, unpinned.err);
         BOOST_TEST(json::parse(unpinned.out)["config"]["pin_once"] == false);
+        BOOST_TEST(json::parse(unpinned.out)["config"]["single_issuer"] == false);
         BOOST_TEST(json::parse(unpinned.out)["validation"] == "passed");
         return;
     }

@@ -45,16 +45,6 @@ namespace {
 
 constexpr std::size_t block = 64 * 1024;
 
-// A file of `size` pattern bytes (seed `seed`) for reading.
-void make_file(const nvmeio_test::temp_path& path, std::size_t size, std::uint64_t seed) {
-    const auto bytes = nvmeio_test::pattern(size, seed);
-    nvmeio_test::spew(path.str(), bytes.data(), size);
-}
-
-bool holds_pattern(const void* data, std::size_t size, std::uint64_t seed) {
-    return std::memcmp(data, nvmeio_test::pattern(size, seed).data(), size) == 0;
-}
-
 // Sanitizers' allocators hold freed memory back, so the same address never comes again there.
 constexpr bool addresses_come_back = !nvmeio_test::sanitized;
 
@@ -71,14 +61,14 @@ BOOST_AUTO_TEST_CASE(an_aligned_buffer_is_pinned_when_it_moves_again_and_stays_p
     file f(path.str(), open_mode::write);
     BOOST_TEST(write(context, f, source.data(), size, 0).bytes == size);
     BOOST_TEST(read(context, f, sink.data(), size, 0).bytes == size);
-    BOOST_TEST(holds_pattern(sink.data(), size, 31));
+    BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), size, 31));
     const registration_use first = context.backend().registered_use();
     BOOST_TEST(first.pinned == 0u);  // used once: nothing pinned, costs what it did unpinned
     BOOST_TEST(first.fixed_buffer_requests == 0u);
     std::memset(sink.data(), 0, size);
     BOOST_TEST(read(context, f, sink.data(), size, 0).bytes == size);
     BOOST_TEST(write(context, f, source.data(), size, 0).bytes == size);
-    BOOST_TEST(holds_pattern(sink.data(), size, 31));
+    BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), size, 31));
     const registration_use second = context.backend().registered_use();
     BOOST_TEST(second.pinned == 2u);  // one piece of each buffer, at its first request
     BOOST_TEST(second.fixed_buffer_requests == 32u);  // 16 requests each way, every one fixed
@@ -94,7 +84,7 @@ BOOST_AUTO_TEST_CASE(memory_nvmeio_did_not_allocate_stays_unpinned) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("pin_foreign");
     const std::size_t size = 8 * block;
-    make_file(path, size, 32);
+    nvmeio_test::spew_pattern(path.str(), size, 32);
     uring_context context({4, block});
     file f(path.str(), open_mode::read);
     std::vector<std::byte, aligned_allocator<std::byte>> vector(size);
@@ -105,8 +95,8 @@ BOOST_AUTO_TEST_CASE(memory_nvmeio_did_not_allocate_stays_unpinned) {
         BOOST_TEST(read(context, f, vector.data(), size, 0).bytes == size);
         BOOST_TEST(read(context, f, mapped, size, 0).bytes == size);
     }
-    BOOST_TEST(holds_pattern(vector.data(), size, 32));
-    BOOST_TEST(holds_pattern(mapped, size, 32));
+    BOOST_TEST(nvmeio_test::holds_pattern(vector.data(), size, 32));
+    BOOST_TEST(nvmeio_test::holds_pattern(mapped, size, 32));
     ::munmap(mapped, size);
     const registration_use use = context.backend().registered_use();
     BOOST_TEST(use.pinned == 0u);
@@ -116,7 +106,7 @@ BOOST_AUTO_TEST_CASE(memory_nvmeio_did_not_allocate_stays_unpinned) {
 BOOST_AUTO_TEST_CASE(turned_off_it_leaves_every_request_plain) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("pin_off");
-    make_file(path, 4 * block, 33);
+    nvmeio_test::spew_pattern(path.str(), 4 * block, 33);
     context_options options{4, block};
     options.pin_once = false;
     uring_context context(options);
@@ -124,7 +114,7 @@ BOOST_AUTO_TEST_CASE(turned_off_it_leaves_every_request_plain) {
     aligned_buffer sink(4 * block);
     BOOST_TEST(read(context, f, sink.data(), 4 * block, 0).bytes == 4 * block);
     BOOST_TEST(read(context, f, sink.data(), 4 * block, 0).bytes == 4 * block);
-    BOOST_TEST(holds_pattern(sink.data(), 4 * block, 33));
+    BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), 4 * block, 33));
     BOOST_TEST(context.backend().registered_use().pinned == 0u);
     BOOST_TEST(context.backend().registered_use().fixed_buffer_requests == 0u);
 }
@@ -140,8 +130,8 @@ BOOST_AUTO_TEST_CASE(memory_freed_and_allocated_again_at_the_same_address_gets_i
     // own after the first free), so the memory at the old address is new pages.
     if (addresses_come_back) BOOST_TEST_REQUIRE(::mallopt(M_MMAP_THRESHOLD, 1 << 20) == 1);
     const std::size_t size = 8 << 20;
-    make_file(first_path, size, 34);
-    make_file(second_path, size, 35);
+    nvmeio_test::spew_pattern(first_path.str(), size, 34);
+    nvmeio_test::spew_pattern(second_path.str(), size, 35);
     uring_context context({8, 1 << 20});
     file first(first_path.str(), open_mode::read);
     file second(second_path.str(), open_mode::read);
@@ -152,7 +142,7 @@ BOOST_AUTO_TEST_CASE(memory_freed_and_allocated_again_at_the_same_address_gets_i
         old_address = a.data();
         BOOST_TEST(read(context, first, a.data(), size, 0).bytes == size);
         BOOST_TEST(read(context, first, a.data(), size, 0).bytes == size);  // pins it
-        BOOST_TEST(holds_pattern(a.data(), size, 34));
+        BOOST_TEST(nvmeio_test::holds_pattern(a.data(), size, 34));
         BOOST_TEST(context.backend().registered_use().pinned == 1u);
     }
     BOOST_TEST(context.backend().registered_use().unpinned == 1u);  // let go before the free
@@ -165,7 +155,7 @@ BOOST_AUTO_TEST_CASE(memory_freed_and_allocated_again_at_the_same_address_gets_i
     for (int pass = 0; pass < 2; ++pass) {  // through the old slot, were it left; then pinned
         std::memset(b.data(), 0, size);
         BOOST_TEST(read(context, second, b.data(), size, 0).bytes == size);
-        BOOST_TEST(holds_pattern(b.data(), size, 35), "pass " << pass);
+        BOOST_TEST(nvmeio_test::holds_pattern(b.data(), size, 35), "pass " << pass);
     }
     file written(written_path.str(), open_mode::write);
     BOOST_TEST(write(context, written, b.data(), size, 0).bytes == size);
@@ -176,7 +166,7 @@ BOOST_AUTO_TEST_CASE(memory_freed_and_allocated_again_at_the_same_address_gets_i
 BOOST_AUTO_TEST_CASE(a_buffer_may_outlive_the_rings_that_pinned_it_and_the_other_way_round) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("pin_lifetimes");
-    make_file(path, 4 * block, 36);
+    nvmeio_test::spew_pattern(path.str(), 4 * block, 36);
     file f(path.str(), open_mode::read);
     aligned_buffer kept(4 * block);
     {
@@ -190,10 +180,10 @@ BOOST_AUTO_TEST_CASE(a_buffer_may_outlive_the_rings_that_pinned_it_and_the_other
         aligned_buffer brief(4 * block);
         BOOST_TEST(read(lasting, f, brief.data(), 4 * block, 0).bytes == 4 * block);
         BOOST_TEST(read(lasting, f, brief.data(), 4 * block, 0).bytes == 4 * block);
-        BOOST_TEST(holds_pattern(brief.data(), 4 * block, 36));
+        BOOST_TEST(nvmeio_test::holds_pattern(brief.data(), 4 * block, 36));
     }
     BOOST_TEST(read(lasting, f, kept.data(), 4 * block, 0).bytes == 4 * block);
-    BOOST_TEST(holds_pattern(kept.data(), 4 * block, 36));
+    BOOST_TEST(nvmeio_test::holds_pattern(kept.data(), 4 * block, 36));
     BOOST_TEST(lasting.backend().registered_use().unpinned == 1u);
 }
 
@@ -201,7 +191,7 @@ BOOST_AUTO_TEST_CASE(every_worker_of_a_parallel_context_pins_with_its_own_ring) 
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("pin_parallel");
     const std::size_t size = 64 * block;
-    make_file(path, size, 37);
+    nvmeio_test::spew_pattern(path.str(), size, 37);
     basic_parallel_context<io_uring_backend> context({2, {4, block}, block});
     file f(path.str(), open_mode::read);
     // Each worker's counts, read by one job per worker, held until both have started.
@@ -227,7 +217,7 @@ BOOST_AUTO_TEST_CASE(every_worker_of_a_parallel_context_pins_with_its_own_ring) 
     for (int pass = 0; pass < 8; ++pass) {
         std::memset(sink.data(), 0, size);
         BOOST_TEST(transfer(context, f, operation::read, sink.data(), size, 0).bytes == size);
-        BOOST_TEST(holds_pattern(sink.data(), size, 37), "pass " << pass);
+        BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), size, 37), "pass " << pass);
         seen = each_worker();
         if (pass > 0 && seen.size() == 2 && seen[0].pinned != 0 && seen[1].pinned != 0) break;
     }
@@ -242,7 +232,7 @@ BOOST_AUTO_TEST_CASE(an_async_context_moves_exact_bytes_through_buffers_freed_an
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("pin_async");
     const std::size_t size = 4 << 20;
-    make_file(path, size, 38);
+    nvmeio_test::spew_pattern(path.str(), size, 38);
     basic_async_context<io_uring_backend> context({2, {8, 1 << 20}});
     file f(path.str(), open_mode::read);
     for (int round = 0; round < 6; ++round) {
@@ -251,7 +241,8 @@ BOOST_AUTO_TEST_CASE(an_async_context_moves_exact_bytes_through_buffers_freed_an
             std::memset(sink.data(), 0, size);
             BOOST_TEST(context.submit(f, operation::read, sink.data(), size, 0).wait().bytes ==
                        size);
-            BOOST_TEST(holds_pattern(sink.data(), size, 38), "round " << round << " pass " << pass);
+            BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), size, 38),
+                       "round " << round << " pass " << pass);
         }
     }
 }
@@ -260,7 +251,7 @@ BOOST_AUTO_TEST_CASE(a_batch_keeps_its_bounce_arena_pinned_for_the_next_batch) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("pin_batch");
     const std::size_t size = 16 * block;
-    make_file(path, size, 39);
+    nvmeio_test::spew_pattern(path.str(), size, 39);
     uring_context context({8, block});
     file f(path.str(), open_mode::read);
     std::vector<unsigned char> storage(size + 1);
@@ -273,7 +264,7 @@ BOOST_AUTO_TEST_CASE(a_batch_keeps_its_bounce_arena_pinned_for_the_next_batch) {
         std::memset(sink, 0, size);
         const batch_outcome outcome = read_batch(context, f, requests, options);
         BOOST_TEST(outcome.bounced_bytes == size);
-        BOOST_TEST(holds_pattern(sink, size, 39));
+        BOOST_TEST(nvmeio_test::holds_pattern(sink, size, 39));
     }
     const registration_use use = context.backend().registered_use();
     BOOST_TEST(use.pinned == 1u);  // the arena, on the second batch, kept for the third
@@ -287,7 +278,7 @@ BOOST_AUTO_TEST_CASE(threads_pinning_and_freeing_at_once_keep_exact_bytes) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("pin_threads");
     const std::size_t size = 2 << 20;
-    make_file(path, size, 40);
+    nvmeio_test::spew_pattern(path.str(), size, 40);
     constexpr int threads = 3;
     constexpr int rounds = 40;
     auto shared = std::make_unique<aligned_buffer>(threads * block);
@@ -352,7 +343,7 @@ BOOST_AUTO_TEST_CASE(a_refused_pin_leaves_requests_plain_and_is_said_once) {
     nvmeio_test::temp_path path("pin_refused");
     nvmeio_test::temp_path said("pin_refused_stderr");
     const std::size_t size = 2 << 20;
-    make_file(path, size, 41);
+    nvmeio_test::spew_pattern(path.str(), size, 41);
     const pid_t child = ::fork();
     BOOST_TEST_REQUIRE(child >= 0);
     if (child == 0) {
@@ -370,7 +361,7 @@ BOOST_AUTO_TEST_CASE(a_refused_pin_leaves_requests_plain_and_is_said_once) {
                 aligned_buffer sink(size);
                 for (int pass = 0; pass < 2; ++pass) {  // the second tries to pin
                     if (read(context, f, sink.data(), size, 0).bytes != size) ::_exit(13);
-                    if (!holds_pattern(sink.data(), size, 41)) ::_exit(14);
+                    if (!nvmeio_test::holds_pattern(sink.data(), size, 41)) ::_exit(14);
                 }
             }
             uring_context other({8, block});
@@ -407,7 +398,7 @@ BOOST_AUTO_TEST_CASE(a_refused_pin_leaves_requests_plain_and_is_said_once) {
 BOOST_AUTO_TEST_CASE(a_child_after_fork_freeing_a_buffer_leaves_the_parents_ring_alone) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("pin_fork");
-    make_file(path, 4 * block, 42);
+    nvmeio_test::spew_pattern(path.str(), 4 * block, 42);
     uring_context context({4, block});
     file f(path.str(), open_mode::read);
     auto sink = std::make_unique<aligned_buffer>(4 * block);
@@ -425,7 +416,7 @@ BOOST_AUTO_TEST_CASE(a_child_after_fork_freeing_a_buffer_leaves_the_parents_ring
     BOOST_TEST(WIFEXITED(status));
     std::memset(sink->data(), 0, 4 * block);
     BOOST_TEST(read(context, f, sink->data(), 4 * block, 0).bytes == 4 * block);
-    BOOST_TEST(holds_pattern(sink->data(), 4 * block, 42));
+    BOOST_TEST(nvmeio_test::holds_pattern(sink->data(), 4 * block, 42));
     BOOST_TEST(context.backend().registered_use().unpinned == 0u);
     BOOST_TEST(context.backend().registered_use().fixed_buffer_requests == 8u);
 }

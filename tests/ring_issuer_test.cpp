@@ -40,15 +40,6 @@ namespace {
 constexpr std::size_t block = 64 * 1024;
 constexpr unsigned one_thread = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
 
-void make_file(const nvmeio_test::temp_path& path, std::size_t size, std::uint64_t seed) {
-    const auto bytes = nvmeio_test::pattern(size, seed);
-    nvmeio_test::spew(path.str(), bytes.data(), size);
-}
-
-bool holds_pattern(const void* data, std::size_t size, std::uint64_t seed) {
-    return std::memcmp(data, nvmeio_test::pattern(size, seed).data(), size) == 0;
-}
-
 // Whether this kernel sets up a ring with `flags` (DEFER_TASKRUN: Linux 6.1).
 bool kernel_takes(unsigned flags) {
     io_uring ring{};
@@ -138,7 +129,7 @@ class worker_thread {
 BOOST_AUTO_TEST_CASE(a_ring_serves_the_first_thread_that_moves_bytes_with_the_newest_flags) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("issuer_first");
-    make_file(path, 8 * block, 51);
+    nvmeio_test::spew_pattern(path.str(), 8 * block, 51);
     file f(path.str(), open_mode::read);
     aligned_buffer sink(8 * block);
     uring_context context({4, block});
@@ -146,7 +137,7 @@ BOOST_AUTO_TEST_CASE(a_ring_serves_the_first_thread_that_moves_bytes_with_the_ne
     // Made on this thread, bound on the worker's first transfer: the worker is the issuer.
     on_another_thread([&] {
         BOOST_TEST(read(context, f, sink.data(), 8 * block, 0).bytes == 8 * block);
-        BOOST_TEST(holds_pattern(sink.data(), 8 * block, 51));
+        BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), 8 * block, 51));
     });
     const unsigned flags = context.backend().setup_flags();
     if (newest) {
@@ -161,7 +152,7 @@ BOOST_AUTO_TEST_CASE(a_ring_serves_the_first_thread_that_moves_bytes_with_the_ne
 BOOST_AUTO_TEST_CASE(turned_off_the_ring_serves_any_thread_from_the_start) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("issuer_off");
-    make_file(path, 4 * block, 52);
+    nvmeio_test::spew_pattern(path.str(), 4 * block, 52);
     file f(path.str(), open_mode::read);
     aligned_buffer sink(4 * block);
     context_options options{4, block};
@@ -171,7 +162,7 @@ BOOST_AUTO_TEST_CASE(turned_off_the_ring_serves_any_thread_from_the_start) {
     BOOST_TEST(read(context, f, sink.data(), 4 * block, 0).bytes == 4 * block);
     on_another_thread(
         [&] { BOOST_TEST(read(context, f, sink.data(), 4 * block, 0).bytes == 4 * block); });
-    BOOST_TEST(holds_pattern(sink.data(), 4 * block, 52));
+    BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), 4 * block, 52));
     BOOST_TEST((context.backend().setup_flags() & IORING_SETUP_SINGLE_ISSUER) == 0u);
 }
 
@@ -184,7 +175,7 @@ BOOST_AUTO_TEST_CASE(a_context_that_moves_to_another_thread_keeps_its_registrati
     nvmeio_test::temp_path write_path("issuer_move_w");
     const std::size_t size = 16 * block;
     const std::size_t requests = size / block;
-    make_file(read_path, size, 53);
+    nvmeio_test::spew_pattern(read_path.str(), size, 53);
     uring_context context({4, block});
     std::vector<file> files;
     files.emplace_back(read_path.str(), open_mode::read);
@@ -200,11 +191,12 @@ BOOST_AUTO_TEST_CASE(a_context_that_moves_to_another_thread_keeps_its_registrati
         const registration_use before = context.backend().registered_use();
         std::memset(mine.data, 0, size);
         BOOST_TEST(read(context, source, mine.data, size, 0).bytes == size);
-        BOOST_TEST(holds_pattern(mine.data, size, 53), "round " << n);
+        BOOST_TEST(nvmeio_test::holds_pattern(mine.data, size, 53), "round " << n);
         for (int pass = 0; pass < 2; ++pass) {  // pinned on the second pass of the first round
             std::memset(pinned.data(), 0, size);
             BOOST_TEST(read(context, source, pinned.data(), size, 0).bytes == size);
-            BOOST_TEST(holds_pattern(pinned.data(), size, 53), "round " << n << " pass " << pass);
+            BOOST_TEST(nvmeio_test::holds_pattern(pinned.data(), size, 53),
+                       "round " << n << " pass " << pass);
         }
         BOOST_TEST(write(context, out, pinned.data(), size, 0).bytes == size);
         const registration_use after = context.backend().registered_use();
@@ -231,7 +223,7 @@ BOOST_AUTO_TEST_CASE(a_context_that_moves_to_another_thread_keeps_its_registrati
 BOOST_AUTO_TEST_CASE(registering_on_another_thread_moves_the_ring_there) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("issuer_register");
-    make_file(path, 4 * block, 56);
+    nvmeio_test::spew_pattern(path.str(), 4 * block, 56);
     uring_context context({4, block});
     aligned_buffer sink(4 * block);
     file plain(path.str(), open_mode::read);
@@ -244,12 +236,12 @@ BOOST_AUTO_TEST_CASE(registering_on_another_thread_moves_the_ring_there) {
         BOOST_TEST(
             read(context, context.backend().registered_file(0), sink.data(), 4 * block, 0).bytes ==
             4 * block);
-        BOOST_TEST(holds_pattern(sink.data(), 4 * block, 56));
+        BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), 4 * block, 56));
     });
     BOOST_TEST(context.backend().registered_use().fixed_file_requests == 4u);
     BOOST_TEST(context.backend().unregister_files().size() == 1u);  // from this thread again
     BOOST_TEST(read(context, plain, sink.data(), 4 * block, 0).bytes == 4 * block);
-    BOOST_TEST(holds_pattern(sink.data(), 4 * block, 56));
+    BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), 4 * block, 56));
 }
 
 // A ring that serves a worker thread cannot change its table from the thread that frees a buffer
@@ -262,8 +254,8 @@ BOOST_AUTO_TEST_CASE(memory_freed_on_another_thread_is_forgotten_at_once_and_let
     const bool addresses_come_back = !nvmeio_test::sanitized;
     if (addresses_come_back) BOOST_TEST_REQUIRE(::mallopt(M_MMAP_THRESHOLD, 1 << 20) == 1);
     const std::size_t size = 8 << 20;
-    make_file(first_path, size, 54);
-    make_file(second_path, size, 55);
+    nvmeio_test::spew_pattern(first_path.str(), size, 54);
+    nvmeio_test::spew_pattern(second_path.str(), size, 55);
     file first(first_path.str(), open_mode::read);
     file second(second_path.str(), open_mode::read);
     uring_context context({8, 1 << 20});
@@ -273,7 +265,7 @@ BOOST_AUTO_TEST_CASE(memory_freed_on_another_thread_is_forgotten_at_once_and_let
     worker.run([&] {
         for (int pass = 0; pass < 2; ++pass)  // the second pins it
             BOOST_TEST(read(context, first, a->data(), size, 0).bytes == size);
-        BOOST_TEST(holds_pattern(a->data(), size, 54));
+        BOOST_TEST(nvmeio_test::holds_pattern(a->data(), size, 54));
     });
     BOOST_TEST_REQUIRE(context.backend().registered_use().pinned == 1u);
     const long held = pinned_kib();
@@ -295,7 +287,7 @@ BOOST_AUTO_TEST_CASE(memory_freed_on_another_thread_is_forgotten_at_once_and_let
         for (int pass = 0; pass < 2; ++pass) {  // through the old slot, were it left; then pinned
             std::memset(b.data(), 0, size);
             BOOST_TEST(read(context, second, b.data(), size, 0).bytes == size);
-            BOOST_TEST(holds_pattern(b.data(), size, 55), "pass " << pass);
+            BOOST_TEST(nvmeio_test::holds_pattern(b.data(), size, 55), "pass " << pass);
         }
     });
     BOOST_TEST(context.backend().registered_use().pinned == 2u);

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <nvmeio/strategy.hpp>
 #include <string>
 #include <vector>
@@ -96,6 +97,17 @@ inline void spew(const std::string& path, const void* bytes, std::size_t n) {
         done += static_cast<std::size_t>(put);
     }
     if (fd >= 0) ::close(fd);
+}
+
+// Writes a file of `size` pattern bytes (seed `seed`) at `path`.
+inline void spew_pattern(const std::string& path, std::size_t size, std::uint64_t seed) {
+    const std::vector<unsigned char> bytes = pattern(size, seed);
+    spew(path, bytes.data(), size);
+}
+
+// True when `data` holds `size` pattern bytes of seed `seed`.
+inline bool holds_pattern(const void* data, std::size_t size, std::uint64_t seed) {
+    return std::memcmp(data, pattern(size, seed).data(), size) == 0;
 }
 
 inline std::uint64_t file_size(const std::string& path) {

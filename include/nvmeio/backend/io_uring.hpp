@@ -39,10 +39,10 @@ namespace nvmeio {
 /// work only when that thread waits, with no interrupt and less locking. Used later from another
 /// thread (one at a time, as contexts are), the backend sets up a plain ring in its place, once,
 /// and registers its files and buffers there again; memory it pinned is pinned again as it
-/// moves. `set_single_issuer(false)` (context_options::single_issuer) starts with a plain ring.
-/// A registered ring descriptor (IORING_REGISTER_RING_FDS) is not used: it measured nothing
-/// here (docs/perf/ring_flags.md), and a backend destroyed on another thread would leave its
-/// ring alive in the issuer's table until that thread exits.
+/// moves. Uncached I/O (RWF_DONTCACHE) gets a plain ring at its first request: on DEFER_TASKRUN
+/// one request's pages stayed cached now and then (uncached_test, 10 runs of 40 under TSan).
+/// `set_single_issuer(false)` (context_options::single_issuer) starts with a plain ring; no
+/// registered ring descriptor (docs/perf/ring_flags.md says why).
 ///
 /// A request accepted by `submit` is in the submission ring: if the kernel does not consume it
 /// at once (io_uring_enter answered EAGAIN or EBUSY), the next `reap` hands it over, so an
@@ -58,9 +58,8 @@ namespace nvmeio {
 /// (backend/io_uring_buffers.hpp); `set_pin_once(false)` (context_options::pin_once) turns that
 /// off. `register_buffers` and `register_files` register other buffers and descriptors by hand
 /// (backend/io_uring_files.hpp), kept until `unregister_buffers` / `unregister_files`. A request
-/// whose memory lies in a registered buffer becomes READ_FIXED/WRITE_FIXED (pages pinned once,
-/// not per request), and one on a registered file's descriptor uses IOSQE_FIXED_FILE:
-/// transfers through the context find them by address and descriptor.
+/// whose memory lies in a registered buffer becomes READ_FIXED/WRITE_FIXED, and one on a
+/// registered file's descriptor uses IOSQE_FIXED_FILE (found by address and descriptor).
 class io_uring_backend {
   public:
     /// The backend's name in reports.
@@ -112,6 +111,10 @@ class io_uring_backend {
     /// fork: the rings it shares with its parent are the parent's).
     int submit(const io_request* requests, std::size_t count) noexcept {
         if (creator_ != detail::this_process_id()) return -EINVAL;
+        if (count > 0 && (requests[0].rw_flags & detail::rwf_dontcache) != 0 &&
+            (flags_ & IORING_SETUP_DEFER_TASKRUN) != 0 && in_flight_ == 0) {
+            if (const int rc = replace_ring(); rc < 0) return rc;  // see the class comment
+        }
         if (const int rc = serve_this_thread(); rc < 0) return rc;
         buffers_.let_go();
         std::size_t queued = 0;
@@ -186,10 +189,9 @@ class io_uring_backend {
     /// class comment).
     void set_pin_once(bool on) noexcept { buffers_.set_pin_once(on); }
 
-    /// Whether the ring serves one thread (on unless turned off; see the class comment). Turned
-    /// off, a ring set up for one thread is replaced by a plain one now (turning it on again
-    /// leaves a plain ring plain). Throws io_error when the kernel refuses the new ring, or
-    /// io_error (EBUSY) with requests in flight.
+    /// Whether the ring serves one thread (see the class comment). Turned off, a ring set up
+    /// for one thread is replaced by a plain one now (turned on, a plain ring stays plain).
+    /// Throws io_error when the kernel refuses the new ring, or (EBUSY) with requests in flight.
     void set_single_issuer(bool on) {
         if (on || (flags_ & IORING_SETUP_SINGLE_ISSUER) == 0) return;
         refuse_while_in_flight("io_uring_setup");
@@ -197,8 +199,7 @@ class io_uring_backend {
             throw io_error({detail::errno_code(-rc), "io_uring_setup (a plain ring)", "", 0, 0});
     }
 
-    /// The IORING_SETUP_* flags the ring was set up with (R_DISABLED stays among them once the
-    /// issuer has enabled it).
+    /// The ring's IORING_SETUP_* flags (R_DISABLED stays among them once enabled).
     [[nodiscard]] unsigned setup_flags() const noexcept { return flags_; }
 
     /// Number of registered buffers (0 when none are).

@@ -69,6 +69,7 @@ inline void report_json(std::ostream& out, const bench_plan& p, const bench_outc
     doc["buffer"] = {{"fresh", p.flags.buffer().fresh},
                      {"huge_pages", p.flags.buffer().huge_pages},
                      {"ring", p.flags.ring}};
+    doc["process"] = {{"peak_rss_bytes", support::peak_resident_bytes()}};
     doc["warmup"] = p.warmup;
     doc["loops"] = nlohmann::json::array();
     for (const run_result& r : o.passes) {

@@ -94,19 +94,17 @@ inline bool prepare_target(const support::target_info& target, std::uint64_t siz
     return true;
 }
 
-/// Runs configurations against one buffer that holds the whole range. Write passes write the
-/// buffer's bytes back: call `load()` first so that those are the file's own bytes and a write
-/// benchmark leaves the file (or device) as it found it.
+/// Runs configurations against one buffer that holds the whole range, allocated when a pass or
+/// a call first needs it (a --ring read never does: it keeps fio's footprint). Write passes
+/// write the buffer's bytes back: call `load()` first so that those are the file's own bytes and
+/// a write benchmark leaves the file (or device) as it found it.
 class runner {
   public:
-    /// Allocates a buffer of `size` bytes as `choice` says.
-    runner(std::uint64_t size, buffer_choice choice)
-        : size_(size),
-          buffer_(static_cast<std::size_t>(size), 4096,
-                  buffer_options{!choice.fresh, choice.huge_pages, false}) {}
+    /// A runner for passes of `size` bytes through a buffer allocated as `choice` says.
+    runner(std::uint64_t size, buffer_choice choice) : size_(size), choice_(choice) {}
 
     /// The buffer: after a read pass, the bytes read.
-    [[nodiscard]] std::byte* data() noexcept { return buffer_.data(); }
+    [[nodiscard]] std::byte* data() { return whole().data(); }
     /// Bytes per pass.
     [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
 
@@ -114,7 +112,8 @@ class runner {
     void load(const std::string& path) {
         file f(path, open_mode::read, direct_io::automatic);
         aio_context context({16, std::size_t{1} << 20});
-        const transfer_result r = nvmeio::read(context, f, buffer_, buffer_.size(), 0);
+        aligned_buffer& buffer = whole();
+        const transfer_result r = nvmeio::read(context, f, buffer, buffer.size(), 0);
         if (r.bytes < size_) {
             throw std::runtime_error("'" + path + "' is shorter than " + std::to_string(size_) +
                                      " bytes");
@@ -127,7 +126,8 @@ class runner {
     void write_back(const std::string& path) {
         file f(path, open_mode::read_write, direct_io::automatic);
         aio_context context({16, std::size_t{1} << 20});
-        (void)nvmeio::write(context, f, buffer_, buffer_.size(), 0);
+        aligned_buffer& buffer = whole();
+        (void)nvmeio::write(context, f, buffer, buffer.size(), 0);
     }
 
     /// One timed pass of `config` (config.size is ignored: the pass moves `size()` bytes). The
@@ -141,6 +141,14 @@ class runner {
     }
 
   private:
+    aligned_buffer& whole() {
+        if (buffer_.size() == 0) {
+            buffer_ = aligned_buffer(static_cast<std::size_t>(size_), 4096,
+                                     buffer_options{!choice_.fresh, choice_.huge_pages, false});
+        }
+        return buffer_;
+    }
+
     template <class Backend>
     run_result run_on(basic_parallel_context<Backend>& context, const run_config& config) {
         const open_mode mode =
@@ -148,9 +156,10 @@ class runner {
         file f(config.path, mode, config.direct);
         const transfer_config transfer{config.strategy, config.submit, true};
         if (config.ring) return run_ring(context, f, config, transfer);
+        aligned_buffer& buffer = whole();  // allocated (and touched, unless fresh) untimed
         const support::cpu_times before = support::process_cpu_times();
         transfer_result r =
-            nvmeio::transfer(context, f, config.op, buffer_.data(), buffer_.size(), 0, transfer);
+            nvmeio::transfer(context, f, config.op, buffer.data(), buffer.size(), 0, transfer);
         if (config.op == operation::write && !f.is_direct()) {
             const auto flushing = std::chrono::steady_clock::now();
             f.sync();
@@ -241,7 +250,8 @@ class runner {
     };
 
     std::uint64_t size_;
-    aligned_buffer buffer_;
+    buffer_choice choice_;
+    aligned_buffer buffer_;                // the whole range; see whole()
     aligned_buffer ring_;                  // --ring: threads x depth x block size bytes
     std::vector<batch_request> requests_;  // --ring: the pass's requests
     context_cache contexts_;

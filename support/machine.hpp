@@ -140,6 +140,23 @@ struct cpu_times {
     return {seconds(usage.ru_utime), seconds(usage.ru_stime)};
 }
 
+/// The most memory this process has held resident (VmHWM in /proc/self/status), in bytes; 0 when
+/// unknown. Unlike getrusage's ru_maxrss it starts afresh at exec, so what a parent held before
+/// it spawned the tool does not count.
+[[nodiscard]] inline std::uint64_t peak_resident_bytes() {
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    while (status >> key) {
+        if (key == "VmHWM:") {
+            std::uint64_t kib = 0;
+            status >> kib;
+            return kib * 1024;
+        }
+        status.ignore(4096, '\n');
+    }
+    return 0;
+}
+
 /// Bytes of RAM the machine has (sysconf), 0 when unknown.
 [[nodiscard]] inline std::uint64_t physical_memory_bytes() {
     const long pages = ::sysconf(_SC_PHYS_PAGES);

@@ -284,6 +284,24 @@ BOOST_AUTO_TEST_CASE(bench_ring_passes_move_the_whole_range_and_leave_the_file_u
     }
 }
 
+// A --ring read keeps fio's footprint in the whole process: no buffer of the range's size is
+// ever allocated (a write pass needs one, to write the file's own bytes back).
+BOOST_AUTO_TEST_CASE(bench_ring_reads_never_hold_the_range_in_memory) {
+    nvmeio_test::temp_path path("bench-ring-rss");
+    const std::size_t size = std::size_t{128} << 20;
+    std::vector<unsigned char> original = nvmeio_test::pattern(size, 5);
+    nvmeio_test::spew(path.str(), original.data(), original.size());
+    const ran r = run(quoted(tool("NVMEIO_BENCH")) + " --op read --warm -f " + quoted(path.str()) +
+                          " -b 64K -q 4 -n 1 -w 0 --ring --json",
+                      "bench-ring-rss");
+    BOOST_TEST_REQUIRE(r.status == 0, r.err);
+    const json doc = json::parse(r.out);
+    BOOST_TEST(doc["loops"][0]["bytes"] == size);
+    const std::uint64_t peak = doc["process"]["peak_rss_bytes"];
+    BOOST_TEST(peak > 0u);
+    BOOST_TEST(peak < size / 4, peak << " bytes resident at the peak");
+}
+
 BOOST_AUTO_TEST_CASE(bench_runs_on_io_uring_or_says_precisely_why_not) {
     nvmeio_test::temp_path path("bench-uring");
     const ran r = run(quoted(tool("NVMEIO_BENCH")) + " -f " + quoted(path.str()) +

@@ -1,10 +1,14 @@
-// compare_bench: throughput of nvmeio::equal and nvmeio::count_mismatches against glibc memcmp
-// on a large pair of equal buffers (memory bound) and a small, cache-resident pair.
+// compare_bench: throughput of nvmeio::equal, nvmeio::first_mismatch and
+// nvmeio::count_mismatches against glibc memcmp on a large pair of equal buffers (memory bound)
+// and a small, cache-resident pair.
 //
 // Build: g++ -O2 -std=c++17 -Iinclude bench/compare_bench.cpp -o compare_bench
 //        (add -march=native for the host's widest registers)
-// The three functions are timed interleaved (A B C A B C ...); reported are the median GB/s
-// over the rounds and the median of each round's ratio to memcmp.
+// The functions are timed interleaved, in an order rotated per round (A B C D, B C D A, ...), and
+// each measurement follows an untimed call of the same function, so every function starts with
+// the caches as it leaves them (near the L3's size, the function run before would otherwise
+// decide what is still cached). Reported are the median GB/s over the rounds and the median of
+// each round's ratio to memcmp.
 // GB = 10^9 bytes of ONE buffer per second; each comparison reads both buffers.
 
 #include <nvmeio/aligned_allocator.hpp>
@@ -20,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,7 +49,7 @@ struct options {
 options parse(int argc, char** argv) {
     options opts;
     CLI::App app{
-        "compare_bench: nvmeio::equal and nvmeio::count_mismatches against memcmp, "
+        "compare_bench: nvmeio::equal, first_mismatch and count_mismatches against memcmp, "
         "interleaved, medians."};
     support::add_count_option(app, "--rounds", opts.rounds,
                               "interleaved rounds per function; the median is reported", 1u, 1000u);
@@ -79,9 +84,12 @@ inline void launder(T*& p) {
 
 volatile std::size_t sink;  // every result ends up here
 
-enum class function { equal, count_mismatches, memcmp };
-constexpr function functions[] = {function::equal, function::count_mismatches, function::memcmp};
-constexpr const char* names[] = {"nvmeio::equal", "nvmeio::count_mismatches", "memcmp == 0"};
+enum class function { equal, first_mismatch, count_mismatches, memcmp };
+constexpr function functions[] = {function::equal, function::first_mismatch,
+                                  function::count_mismatches, function::memcmp};
+constexpr std::size_t function_count = std::size(functions);
+constexpr const char* names[] = {"nvmeio::equal", "nvmeio::first_mismatch",
+                                 "nvmeio::count_mismatches", "memcmp == 0"};
 
 /// Runs `f` on (a, b, size) `repetitions` times; returns seconds.
 double time_function(function f, const std::uint8_t* a, const std::uint8_t* b, std::size_t size,
@@ -94,6 +102,9 @@ double time_function(function f, const std::uint8_t* a, const std::uint8_t* b, s
         switch (f) {
             case function::equal:
                 accumulated += nvmeio::equal(a, b, size) ? 1 : 0;
+                break;
+            case function::first_mismatch:
+                accumulated += nvmeio::first_mismatch(a, b, size) == nvmeio::no_mismatch ? 1 : 0;
                 break;
             case function::count_mismatches:
                 accumulated += nvmeio::count_mismatches(a, b, size).count + 1;
@@ -113,12 +124,14 @@ double time_function(function f, const std::uint8_t* a, const std::uint8_t* b, s
     return std::chrono::duration<double>(stop - start).count();
 }
 
-/// Interleaves the three functions for `rounds` rounds and prints median GB/s and ratios.
+/// Interleaves the functions for `rounds` rounds and prints median GB/s and ratios.
 void run_interleaved(const char* label, const std::uint8_t* a, const std::uint8_t* b,
                      std::size_t size, std::size_t repetitions, unsigned rounds) {
-    std::vector<double> rates[3];
+    std::vector<double> rates[function_count];
     for (unsigned round = 0; round < rounds; ++round) {
-        for (const function f : functions) {
+        for (std::size_t i = 0; i < function_count; ++i) {
+            const function f = functions[(i + round) % function_count];
+            (void)time_function(f, a, b, size, 1);  // settles the caches as f leaves them
             const double seconds = time_function(f, a, b, size, repetitions);
             rates[static_cast<int>(f)].push_back(double(size) * double(repetitions) / seconds /
                                                  1e9);

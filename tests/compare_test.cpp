@@ -16,9 +16,13 @@ BOOST_AUTO_TEST_CASE(simd_path_is_enabled_when_xsimd_is_available) {
 }
 
 #ifdef NVMEIO_TEST_WIDE_REGISTERS
-// Built with -mavx2: the SIMD kernels themselves run every case, with no memcmp pre-pass.
+// Built with -mavx2 or AVX-512: the SIMD kernels themselves run every case longer than one
+// memcmp chunk (shorter ones, memcmp first, then the kernels inside the ones that differ).
 BOOST_AUTO_TEST_CASE(wide_registers_use_the_simd_kernels_directly) {
     BOOST_TEST(!nvmeio::detail::prefer_memcmp);
+    BOOST_TEST(nvmeio::detail::memcmp_leads(nvmeio::detail::memcmp_chunk));
+    BOOST_TEST(!nvmeio::detail::memcmp_leads(nvmeio::detail::memcmp_chunk + 1));
+    BOOST_TEST(!nvmeio::detail::memcmp_leads(nvmeio::detail::memory_bound - 1));
 }
 
 // With 64-byte registers, mid-sized lengths skip their equal prefix with 32-byte ones first.

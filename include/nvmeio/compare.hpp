@@ -55,10 +55,12 @@ inline constexpr bool prefer_memcmp = true;
 // So from this size on, every build lets memcmp find the equal stretches too.
 inline constexpr std::size_t memory_bound = std::size_t{4} << 20;
 
-// Whether memcmp leads a comparison of `n` bytes (chunk by chunk, for the two that locate or
-// count differences).
+// Whether memcmp leads a comparison of `n` bytes: equal() is then memcmp, and the two that
+// locate or count differences let it find the equal chunks and look only inside the others.
+// Up to one chunk, every build: a call's set-up costs the SIMD kernels more than glibc's
+// memcmp, which ran 1.04-1.11x the 64-byte kernels at 4-16 KiB (docs/compare.md).
 constexpr bool memcmp_leads(std::size_t n) noexcept {
-    return prefer_memcmp ? n > memcmp_chunk : n >= memory_bound;
+    return prefer_memcmp || n <= memcmp_chunk || n >= memory_bound;
 }
 
 }  // namespace detail
@@ -76,7 +78,7 @@ inline constexpr bool simd_enabled = NVMEIO_DETAIL_COMPARE_USES_XSIMD != 0;
 /// null); otherwise both ranges must be readable for `n` bytes. The ranges may overlap.
 [[nodiscard]] inline bool equal(const void* a, const void* b, std::size_t n) noexcept {
     if (n == 0) return true;
-    if (detail::prefer_memcmp || n >= detail::memory_bound) return std::memcmp(a, b, n) == 0;
+    if (detail::memcmp_leads(n)) return std::memcmp(a, b, n) == 0;
 #if NVMEIO_DETAIL_COMPARE_USES_XSIMD
     return detail::simd::equal(static_cast<const std::uint8_t*>(a),
                                static_cast<const std::uint8_t*>(b), n);
@@ -91,24 +93,22 @@ inline constexpr bool simd_enabled = NVMEIO_DETAIL_COMPARE_USES_XSIMD != 0;
 /// equal().
 [[nodiscard]] inline std::size_t first_mismatch(const void* a, const void* b,
                                                 std::size_t n) noexcept {
-    if (n == 0) return no_mismatch;
-    if (detail::memcmp_leads(n)) {
-        const auto* pa = static_cast<const std::uint8_t*>(a);
-        const auto* pb = static_cast<const std::uint8_t*>(b);
-        for (std::size_t at = 0; at < n; at += detail::memcmp_chunk) {
-            const std::size_t k = n - at < detail::memcmp_chunk ? n - at : detail::memcmp_chunk;
-            if (std::memcmp(pa + at, pb + at, k) != 0)
-                return at + first_mismatch(pa + at, pb + at, k);
-        }
-        return no_mismatch;
-    }
+    const auto kernel = [](const std::uint8_t* x, const std::uint8_t* y, std::size_t k) {
 #if NVMEIO_DETAIL_COMPARE_USES_XSIMD
-    return detail::simd::first_mismatch(static_cast<const std::uint8_t*>(a),
-                                        static_cast<const std::uint8_t*>(b), n);
+        return detail::simd::first_mismatch(x, y, k);
 #else
-    return detail::scalar::first_mismatch(static_cast<const std::uint8_t*>(a),
-                                          static_cast<const std::uint8_t*>(b), n);
+        return detail::scalar::first_mismatch(x, y, k);
 #endif
+    };
+    if (n == 0) return no_mismatch;
+    const auto* pa = static_cast<const std::uint8_t*>(a);
+    const auto* pb = static_cast<const std::uint8_t*>(b);
+    if (!detail::memcmp_leads(n)) return kernel(pa, pb, n);
+    for (std::size_t at = 0; at < n; at += detail::memcmp_chunk) {
+        const std::size_t k = n - at < detail::memcmp_chunk ? n - at : detail::memcmp_chunk;
+        if (std::memcmp(pa + at, pb + at, k) != 0) return at + kernel(pa + at, pb + at, k);
+    }
+    return no_mismatch;
 }
 
 /// Number of differing bytes between the `n` bytes at `a` and at `b`, with the offsets of the
@@ -116,30 +116,29 @@ inline constexpr bool simd_enabled = NVMEIO_DETAIL_COMPARE_USES_XSIMD != 0;
 /// re-reads at most a few KiB at each end to locate first/last. Same preconditions as equal().
 [[nodiscard]] inline mismatch_summary count_mismatches(const void* a, const void* b,
                                                        std::size_t n) noexcept {
-    if (n == 0) return {0, no_mismatch, no_mismatch};
-    if (detail::memcmp_leads(n)) {
-        const auto* pa = static_cast<const std::uint8_t*>(a);
-        const auto* pb = static_cast<const std::uint8_t*>(b);
-        mismatch_summary all{0, no_mismatch, no_mismatch};
-        for (std::size_t at = 0; at < n; at += detail::memcmp_chunk) {
-            const std::size_t k = n - at < detail::memcmp_chunk ? n - at : detail::memcmp_chunk;
-            if (std::memcmp(pa + at, pb + at, k) == 0) continue;
-            const mismatch_summary part = count_mismatches(pa + at, pb + at, k);
-            if (all.count == 0) all.first = at + part.first;
-            all.last = at + part.last;
-            all.count += part.count;
-        }
-        return all;
-    }
-#if NVMEIO_DETAIL_COMPARE_USES_XSIMD
-    const auto found = detail::simd::count_mismatches(static_cast<const std::uint8_t*>(a),
-                                                      static_cast<const std::uint8_t*>(b), n);
-#else
-    const auto found = detail::scalar::count_mismatches(static_cast<const std::uint8_t*>(a),
-                                                        static_cast<const std::uint8_t*>(b), n);
-#endif
     static_assert(detail::scalar::npos == no_mismatch);
-    return {found.count_, found.first_, found.last_};
+    const auto kernel = [](const std::uint8_t* x, const std::uint8_t* y, std::size_t k) {
+#if NVMEIO_DETAIL_COMPARE_USES_XSIMD
+        const auto found = detail::simd::count_mismatches(x, y, k);
+#else
+        const auto found = detail::scalar::count_mismatches(x, y, k);
+#endif
+        return mismatch_summary{found.count_, found.first_, found.last_};
+    };
+    if (n == 0) return {0, no_mismatch, no_mismatch};
+    const auto* pa = static_cast<const std::uint8_t*>(a);
+    const auto* pb = static_cast<const std::uint8_t*>(b);
+    if (!detail::memcmp_leads(n)) return kernel(pa, pb, n);
+    mismatch_summary all{0, no_mismatch, no_mismatch};
+    for (std::size_t at = 0; at < n; at += detail::memcmp_chunk) {
+        const std::size_t k = n - at < detail::memcmp_chunk ? n - at : detail::memcmp_chunk;
+        if (std::memcmp(pa + at, pb + at, k) == 0) continue;
+        const mismatch_summary part = kernel(pa + at, pb + at, k);
+        if (all.count == 0) all.first = at + part.first;
+        all.last = at + part.last;
+        all.count += part.count;
+    }
+    return all;
 }
 
 }  // namespace NVMEIO_DETAIL_SIMD_TAG

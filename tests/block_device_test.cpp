@@ -402,8 +402,9 @@ BOOST_AUTO_TEST_CASE(huge_pages_are_told_from_small_ones) {
 // queue/max_segments or than one bio holds, 256) fails that try with EAGAIN and is issued again
 // by one of the thread's io-wq workers ("iou-wrk-<tid>"), its pages pinned a second time. nvmeio
 // cuts requests on a block device to the largest power of two it takes whole and keeps as many
-// bytes in flight, so no request needs a worker. libaio blocks in io_submit while the kernel
-// splits, so its requests stay whole.
+// bytes in flight, so no request needs a worker. Memory registered with the ring stays whole
+// (nothing is pinned per request), as does memory of huge pages. libaio blocks in io_submit
+// while the kernel splits, so its requests stay whole.
 BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whole) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     const std::uint64_t size = 16u << 20;
@@ -427,7 +428,8 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whol
     BOOST_TEST(file(regular_path.str(), open_mode::write).queue_limits().unsplit_request_bytes ==
                0u);
 
-    aligned_buffer data(size);
+    // Memory nvmeio did not allocate: not pinned once, so cut.
+    std::vector<std::byte, aligned_allocator<std::byte>> data(size);
     std::uint64_t seed = 70;
     for (const std::size_t block_size :
          {std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{8} << 20}) {
@@ -486,6 +488,29 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whol
     const transfer_result read_whole =
         transfer(context, f, operation::read, data.data(), size, 0, {{}, {}, true});
     BOOST_TEST(read_whole.perf.requests == 2u);
+
+    // nvmeio's memory: pin once pins it as it moves a second time; from then on every request
+    // goes out with a registered buffer, so blocks stay whole, in both directions.
+    aligned_buffer pinned(size);
+    basic_aio_context<io_uring_backend> registering({4, std::size_t{8} << 20});
+    for (int pass = 0; pass < 2; ++pass)
+        BOOST_TEST(transfer(registering, f, operation::read, pinned.data(), size, 0).bytes == size);
+    const std::uint64_t fixed = registering.backend().registered_use().fixed_buffer_requests;
+    BOOST_TEST(fixed > 0u);
+    const std::vector<unsigned char> expected = nvmeio_test::pattern(size, 90);
+    std::memcpy(pinned.data(), expected.data(), size);
+    const transfer_result wrote =
+        transfer(registering, f, operation::write, pinned.data(), size, 0, {{}, {}, true});
+    BOOST_TEST(wrote.bytes == size);
+    BOOST_TEST(wrote.perf.requests == 2u);
+    BOOST_TEST((nvmeio_test::slurp(device.image()) == expected));
+    std::memset(pinned.data(), 0, size);
+    const transfer_result got =
+        transfer(registering, f, operation::read, pinned.data(), size, 0, {{}, {}, true});
+    BOOST_TEST(got.bytes == size);
+    BOOST_TEST(got.perf.requests == 2u);
+    BOOST_TEST(std::memcmp(pinned.data(), expected.data(), size) == 0);
+    BOOST_TEST(registering.backend().registered_use().fixed_buffer_requests == fixed + 4);
 }
 
 // The pieces of cut requests under every recoverable fault at once (partial submits, EAGAIN,

@@ -41,17 +41,17 @@ namespace nvmeio {
 /// and registers its files and buffers there again; memory it pinned is pinned again as it
 /// moves. Uncached I/O (RWF_DONTCACHE) gets a plain ring at its first request: on DEFER_TASKRUN
 /// one request's pages stayed cached now and then (uncached_test, 10 runs of 40 under TSan).
-/// `set_single_issuer(false)` (context_options::single_issuer) starts with a plain ring; no
-/// registered ring descriptor (docs/perf/ring_flags.md says why).
+/// `set_single_issuer(false)` starts with a plain ring; no registered ring descriptor
+/// (docs/perf/ring_flags.md says why).
 ///
 /// A request accepted by `submit` is in the submission ring: if the kernel does not consume it
 /// at once (io_uring_enter answered EAGAIN or EBUSY), the next `reap` hands it over, so an
 /// accepted request is never lost and never submitted twice.
 ///
-/// Signals: a wait interrupted by a signal returns -EINTR (the engine calls again). A request the
-/// kernel cannot finish inline goes to the thread's io-wq workers; when a worker cannot be started
-/// (a signal pending during the clone, RLIMIT_NPROC, pids.max) the request completes with
-/// -ECANCELED, which the engine resubmits: nvmeio never cancels a request itself.
+/// Signals: an interrupted wait returns -EINTR (the engine calls again). A request the kernel
+/// cannot finish inline goes to the thread's io-wq workers; when one cannot be started (a signal
+/// during the clone, RLIMIT_NPROC, pids.max) it completes with -ECANCELED, which the engine
+/// resubmits: nvmeio never cancels a request itself.
 ///
 /// Pin once: memory nvmeio allocated (every aligned_buffer) is registered with the ring when
 /// requests move bytes through it a second time, and let go before it is freed
@@ -64,9 +64,8 @@ class io_uring_backend {
   public:
     /// The backend's name in reports.
     static constexpr const char* name = "io_uring";
-    /// Requests are tried without blocking first, and on a block device one that needs
-    /// splitting fails that try and goes to a worker thread: the engine keeps requests within
-    /// the file's queue_limits (see there).
+    /// Requests are tried without blocking first; on a block device one that needs splitting
+    /// goes to a worker thread, so the engine keeps unregistered ones within queue_limits.
     static constexpr bool keeps_to_queue_limits = true;
 
     /// Creates a ring for up to `queue_depth` requests in flight. Throws std::invalid_argument
@@ -162,13 +161,11 @@ class io_uring_backend {
     /// The queue depth the ring was created for.
     [[nodiscard]] unsigned queue_depth() const noexcept { return queue_depth_; }
 
-    /// Requests that may be in flight at once without losing a completion: the completion
-    /// ring's size (at least the queue depth).
+    /// Requests in flight at once without losing a completion: the completion ring's size.
     [[nodiscard]] unsigned completion_capacity() const noexcept { return completion_capacity_; }
 
-    /// The deepest ring this kernel creates, or 0 when it cannot tell. Asked with
-    /// IORING_SETUP_CLAMP, which makes the kernel shrink a too-deep ring to its limit instead of
-    /// refusing it (so this briefly creates a ring of that depth).
+    /// The deepest ring this kernel creates, or 0 when it cannot tell (asked with
+    /// IORING_SETUP_CLAMP, so this briefly creates a ring of that depth).
     [[nodiscard]] static unsigned max_queue_depth() noexcept {
         return detail::kernel_max_queue_depth();
     }
@@ -185,9 +182,14 @@ class io_uring_backend {
         buffers_.add(std::move(buffers));
     }
 
-    /// Whether the ring pins memory nvmeio allocated on its own (on unless turned off; see the
-    /// class comment).
+    /// Whether the ring pins memory nvmeio allocated on its own (see the class comment).
     void set_pin_once(bool on) noexcept { buffers_.set_pin_once(on); }
+
+    /// Whether a request on [memory, memory + length) goes out registered now (pins nothing);
+    /// the engine keeps such requests whole on a block device (detail/request_plan.hpp).
+    [[nodiscard]] bool registers(const void* memory, std::size_t length) const noexcept {
+        return creator_ == detail::this_process_id() && buffers_.holds(memory, length);
+    }
 
     /// Whether the ring serves one thread (see the class comment). Turned off, a ring set up
     /// for one thread is replaced by a plain one now (turned on, a plain ring stays plain).
@@ -222,11 +224,10 @@ class io_uring_backend {
         return buffers_.take();
     }
 
-    /// Registers the descriptors of `files` with the kernel and keeps the files (open) until
-    /// unregister_files(); on success `files` is left empty, on failure untouched. Transfer
-    /// through them with registered_file(i). Throws std::invalid_argument when files are
-    /// already registered, when `files` is empty or one is not open; io_error when the kernel
-    /// refuses.
+    /// Registers the descriptors of `files` and keeps the files (open) until unregister_files();
+    /// on success `files` is left empty, on failure untouched. Transfer through registered_file(i).
+    /// Throws std::invalid_argument when files are already registered, when `files` is empty or
+    /// one is not open; io_error when the kernel refuses.
     void register_files(std::vector<file>&& files) {
         refuse_in_child("register_files");
         take_to_this_thread("register_files");
@@ -237,9 +238,8 @@ class io_uring_backend {
     [[nodiscard]] std::size_t registered_file_count() const noexcept { return files_.count(); }
 
     /// Registered file `index` (in registration order), to transfer through. The backend owns
-    /// it: do not close it or assign to it (a request on a descriptor other than the one
-    /// registered never uses the registration). Throws std::invalid_argument for an index past
-    /// the registered ones.
+    /// it: do not close it or assign to it (another descriptor never uses the registration).
+    /// Throws std::invalid_argument for an index past the registered ones.
     [[nodiscard]] file& registered_file(std::size_t index) { return files_.at(index); }
 
     /// Unregisters the files and gives them back, still open, in registration order (empty

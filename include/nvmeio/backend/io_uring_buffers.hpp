@@ -110,6 +110,12 @@ class ring_buffers final : public memory_pinner {
         }
     }
 
+    // Whether a registered buffer holds [buffer, buffer + length) now (pins nothing).
+    bool holds(const void* buffer, std::size_t length) const noexcept {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        return lookup(reinterpret_cast<std::uintptr_t>(buffer), length) >= 0;
+    }
+
     // Called by the registry (its mutex held) before buffer `id`'s memory is freed.
     void unpin(std::uint64_t id) noexcept override {
         if (creator_ != this_process_id()) return;  // the parent's ring: not ours to change

@@ -92,7 +92,7 @@ class engine {
             const request_plan plan =
                 plan_requests(file_.queue_limits(), file_.is_direct(), unit_, block_size_,
                               queue_depth_, backend_.completion_capacity(),
-                              [this](std::size_t whole) { return cut_memory_is_huge(whole); });
+                              [this](std::size_t whole) { return cut_would_not_pay(whole); });
             request_size_ = plan.request_size;
             slot_count_ = plan.slots;
         }
@@ -155,13 +155,17 @@ class engine {
         return std::min(state_[i].body, state_[i].end_of_data);
     }
 
-    // Whether huge pages back the memory of every segment a cut to `whole` would apply to
-    // (then requests stay whole, see request_plan.hpp).
-    bool cut_memory_is_huge(std::size_t whole) {
+    // Whether every segment a cut to `whole` would apply to has memory that stays whole (see
+    // request_plan.hpp): its first request goes out with a registered buffer, or huge pages
+    // back it.
+    bool cut_would_not_pay(std::size_t whole) {
         bool any = false;
         for (std::size_t i = 0; i < count_; ++i) {
             if (segments_[i].failure || state_[i].body <= whole) continue;
-            if (!pages_.huge_pages_back(segments_[i].memory, state_[i].body)) return false;
+            const std::byte* memory = segments_[i].memory;
+            if (!goes_out_registered(backend_, memory, std::min(block_size_, state_[i].body)) &&
+                !pages_.huge_pages_back(memory, state_[i].body))
+                return false;
             any = true;
         }
         return any;

@@ -17,10 +17,33 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "nvmeio/alignment.hpp"
 
 namespace nvmeio::detail {
+
+/// Whether `Backend` tells which memory goes out with a registered buffer: `registers(memory,
+/// length)`, true for a request on [memory, memory + length) that would.
+template <class Backend, class = void>
+struct tells_registered : std::false_type {};
+template <class Backend>
+struct tells_registered<Backend, std::void_t<decltype(std::declval<const Backend&>().registers(
+                                     static_cast<const void*>(nullptr), std::size_t{}))>>
+    : std::true_type {};
+
+/// Whether a request on [memory, memory + length) goes out with a registered buffer of `backend`
+/// (false for a backend that cannot tell).
+template <class Backend>
+[[nodiscard]] bool goes_out_registered(const Backend& backend, const void* memory,
+                                       std::size_t length) noexcept {
+    if constexpr (tells_registered<Backend>::value) {
+        return backend.registers(memory, length);
+    } else {
+        (void)backend, (void)memory, (void)length;
+        return false;
+    }
+}
 
 /// Whether `Backend` declares `keeps_to_queue_limits` true.
 template <class Backend, class = void>
@@ -37,18 +60,23 @@ struct request_plan {
 
 /// The plan for a context of `queue_depth` x `block_size` on a file with `limits`, O_DIRECT
 /// alignment `unit` (when `direct`), through a backend that keeps to the limits and holds
-/// `completion_capacity` (>= queue_depth) completions. `huge_pages(size)` is asked only when
-/// requests would be cut to `size`: whether huge pages back the memory they would be cut from
-/// (see pagemap). Then requests stay whole: a failed try costs little for them (their pages are
-/// pinned a huge page at a time) and pieces cost more. On the RAM-backed device 8 MiB blocks of
-/// huge pages ran at 0.94x the rate and 1.8-2x the CPU when cut, and 1 MiB ones need no split
-/// there (physically contiguous pages make few segments).
-template <class HugePages>
+/// `completion_capacity` (>= queue_depth) completions. `stays_whole(size)` is asked only when
+/// requests would be cut to `size`: whether the memory they would be cut from makes a failed try
+/// cheap. Then requests stay whole, as pieces cost more:
+/// - huge pages back it (see pagemap): its pages are pinned a huge page at a time. On the
+///   RAM-backed device 8 MiB blocks of huge pages ran at 0.94x the rate and 1.8-2x the CPU when
+///   cut, and 1 MiB ones need no split there (physically contiguous pages make few segments);
+/// - it is a buffer registered with the ring (by hand, or pinned once): nothing is pinned per
+///   request. There, whole 8 MiB requests of 4 KiB pages, split by the kernel's worker, cost
+///   0.3-0.6x the CPU per GiB (the worker's included) of 512 KiB pieces, at the same rate or better
+///   (docs/perf/ram_device.md).
+template <class StaysWhole>
 [[nodiscard]] request_plan plan_requests(const queue_limits& limits, bool direct, std::size_t unit,
                                          std::size_t block_size, unsigned queue_depth,
-                                         std::size_t completion_capacity, HugePages&& huge_pages) {
+                                         std::size_t completion_capacity,
+                                         StaysWhole&& stays_whole) {
     const std::size_t whole = limits.unsplit_request_bytes;
-    if (!direct || whole < unit || whole % unit != 0 || whole >= block_size || huge_pages(whole))
+    if (!direct || whole < unit || whole % unit != 0 || whole >= block_size || stays_whole(whole))
         return {block_size, queue_depth};
     // Divisions only: a block size may be near SIZE_MAX.
     const std::size_t pieces = block_size / whole + (block_size % whole != 0 ? 1 : 0);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "options.hpp"
@@ -15,7 +16,7 @@
 
 namespace nvmeio::bench {
 
-/// on, off or both, for DeepSpeed's two switches.
+/// on, off or both, for DeepSpeed's two switches and io_uring's two.
 enum class switch_axis { on, off, both };
 
 /// on, off, both.
@@ -49,11 +50,13 @@ struct tune_plan {
     switch_axis single_submit = switch_axis::both;                             ///< --single-submit
     std::vector<unsigned> threads{1, 2, 4, 8};                                 ///< -p
     std::vector<unsigned> spins{0};  ///< --spins: context_options::spin values, microseconds
-    unsigned repeats = 3;            ///< -r
-    double budget = 0;               ///< --budget seconds, 0: none
-    double pause = 0;                ///< --pause seconds before each run
-    bool vs_fio = false;             ///< --vs-fio
-    bool references = false;         ///< --references
+    switch_axis pin_once = switch_axis::on;       ///< --pin-once (io_uring)
+    switch_axis single_issuer = switch_axis::on;  ///< --single-issuer (io_uring)
+    unsigned repeats = 3;                         ///< -r
+    double budget = 0;                            ///< --budget seconds, 0: none
+    double pause = 0;                             ///< --pause seconds before each run
+    bool vs_fio = false;                          ///< --vs-fio
+    bool references = false;                      ///< --references
     support::backend_kind backend = support::backend_kind::libaio;  ///< --backend
     std::string out_dir = "nvmeio-tune-out";                        ///< -o
     unsigned seed = 1;                                              ///< --seed
@@ -88,6 +91,12 @@ inline void add_tune_options(CLI::App& app, tune_plan& p) {
                                    "sleeps (context_options::spin; 0: sleep at once), comma "
                                    "separated",
                                    0u, 1000000u);
+    support::add_enum_option(app, "--pin-once", p.pin_once, switch_axis_names(),
+                             "io_uring: register nvmeio's buffers with each ring on first use "
+                             "(context_options::pin_once): on, off or both");
+    support::add_enum_option(app, "--single-issuer", p.single_issuer, switch_axis_names(),
+                             "io_uring: each ring set up for the one thread that uses it "
+                             "(context_options::single_issuer): on, off or both");
     support::add_count_option(app, "-r,--repeats", p.repeats,
                               "runs per point; the median is reported", 1u, 1000u);
     support::add_seconds_option(app, "--budget", p.budget,
@@ -122,6 +131,13 @@ inline void check_tune_plan(tune_plan& p) {
                                   support::format_size(b) + " x " + std::to_string(t) +
                                   " threads; choose a size every point splits evenly (e.g. 1G)");
             }
+        }
+    }
+    if (p.backend != support::backend_kind::io_uring) {
+        for (const auto& [flag, axis] :
+             {std::pair{"--pin-once", p.pin_once}, std::pair{"--single-issuer", p.single_issuer}}) {
+            if (axis != switch_axis::on)
+                throw support::usage_error(flag, "applies to --backend io_uring only");
         }
     }
     check_fits_in_memory(p.size);
@@ -159,11 +175,18 @@ inline void check_tune_plan(tune_plan& p) {
                                     overlap ? strategy_kind::overlapped : strategy_kind::sequential;
                                 c.submit = single ? submit_mode::single : submit_mode::block;
                                 c.spin = std::chrono::microseconds{spin};
-                                group.push_back({"nvmeio", c});
+                                for (const bool pin : switch_values(p.pin_once)) {
+                                    for (const bool issuer : switch_values(p.single_issuer)) {
+                                        c.pin_once = pin;
+                                        c.single_issuer = issuer;
+                                        group.push_back({"nvmeio", c});
+                                    }
+                                }
                             }
                         }
                     }
                     c.spin = std::chrono::microseconds{0};
+                    c.pin_once = c.single_issuer = true;
                     if (p.vs_fio) group.push_back({"fio", c});
                     if (p.vs_fio && p.backend == support::backend_kind::io_uring)
                         group.push_back({"fio-best", c});

@@ -24,7 +24,7 @@ namespace nvmeio::bench {
 
 /// What identifies a point of the sweep (without the repeat).
 using point_key =
-    std::tuple<int, std::string, std::size_t, unsigned, int, int, unsigned, long long>;
+    std::tuple<int, std::string, std::size_t, unsigned, int, int, unsigned, long long, int, int>;
 
 /// The medians of one point.
 struct point_summary {
@@ -45,7 +45,9 @@ using point_map = std::map<point_key, point_summary>;
             nvmeio ? r.config.strategy == strategy_kind::overlapped : -1,
             nvmeio ? r.config.submit == submit_mode::single : -1,
             r.config.threads,
-            nvmeio ? static_cast<long long>(r.config.spin.count()) : -1};
+            nvmeio ? static_cast<long long>(r.config.spin.count()) : -1,
+            nvmeio ? int{r.config.pin_once} : -1,
+            nvmeio ? int{r.config.single_issuer} : -1};
 }
 
 [[nodiscard]] inline point_map summarize_points(const std::vector<run_record>& records) {
@@ -79,6 +81,8 @@ using point_map = std::map<point_key, point_summary>;
     std::get<4>(key) = -1;
     std::get<5>(key) = -1;
     std::get<7>(key) = -1;
+    std::get<8>(key) = -1;
+    std::get<9>(key) = -1;
     const auto it = points.find(key);
     return it == points.end() ? nullptr : &it->second;
 }
@@ -87,7 +91,8 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
     std::ofstream csv(path);
     csv << "index,repeat,op,method,backend,block_size,queue_depth,overlap_events,single_submit,"
            "threads,cache,bytes,elapsed_us,gb_per_s,cpu_seconds_per_gib,submit_avg_us,"
-           "submit_p99_us,complete_avg_us,complete_p99_us,spin_us,process_cpu_seconds_per_gib\n";
+           "submit_p99_us,complete_avg_us,complete_p99_us,spin_us,process_cpu_seconds_per_gib,"
+           "pin_once,single_issuer\n";
     for (const run_record& r : records) {
         const bool nvmeio = r.method == "nvmeio";
         const bool queued = nvmeio || is_fio(r.method);
@@ -105,7 +110,9 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
             << (nvmeio ? r.config.strategy == strategy_kind::overlapped ? "true" : "false" : "")
             << "," << (nvmeio ? r.config.submit == submit_mode::single ? "true" : "false" : "")
             << "," << r.config.threads << "," << r.cache << "," << r.bytes << "," << numbers << ","
-            << (nvmeio ? std::to_string(r.config.spin.count()) : "") << "," << process_cpu << "\n";
+            << (nvmeio ? std::to_string(r.config.spin.count()) : "") << "," << process_cpu << ","
+            << (nvmeio ? r.config.pin_once ? "true" : "false" : "") << ","
+            << (nvmeio ? r.config.single_issuer ? "true" : "false" : "") << "\n";
     }
     if (!csv) throw std::runtime_error("cannot write '" + path + "'");
 }
@@ -134,6 +141,8 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
     j["overlap_events"] = r.config.strategy == strategy_kind::overlapped;
     j["single_submit"] = r.config.submit == submit_mode::single;
     j["spin_us"] = r.config.spin.count();
+    j["pin_once"] = r.config.pin_once;
+    j["single_issuer"] = r.config.single_issuer;
     // Beside each fio setup that ran at this point: its figures and nvmeio's ratios to them
     // ("fio_..." and "..._to_fio", or "fio_best_..." and "..._to_fio_best").
     for (const fio_setup setup : {fio_setup::plain, fio_setup::best}) {
@@ -171,6 +180,8 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
                    {"repeats", s->rate.count},
                    {"spread", s->rate.spread()},
                    {"spin_us", s->first.config.spin.count()},
+                   {"pin_once", s->first.config.pin_once},
+                   {"single_issuer", s->first.config.single_issuer},
                    {"aio", aio_block(s->first)}};
     }
     const point_summary* read = nullptr;
@@ -196,6 +207,8 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
                        {"write_gb_per_s", write->rate.median},
                        {"combined_is", "harmonic mean of read and write medians"},
                        {"spin_us", read->first.config.spin.count()},
+                       {"pin_once", read->first.config.pin_once},
+                       {"single_issuer", read->first.config.single_issuer},
                        {"aio", aio_block(read->first)}};
     }
     return out;
@@ -217,6 +230,8 @@ inline void write_csv(const std::string& path, const std::vector<run_record>& re
             {"single_submit", support::name_of(switch_axis_names(), p.single_submit)},
             {"threads", p.threads},
             {"spins_us", p.spins},
+            {"pin_once", support::name_of(switch_axis_names(), p.pin_once)},
+            {"single_issuer", support::name_of(switch_axis_names(), p.single_issuer)},
             {"repeats", p.repeats},
             {"budget_seconds", p.budget},
             {"pause_seconds", p.pause},

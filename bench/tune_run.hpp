@@ -58,6 +58,8 @@ struct tune_outcome {
         text += r.config.submit == submit_mode::single ? "/single" : "/block";
         if (r.config.spin.count() != 0)
             text += " spin" + std::to_string(r.config.spin.count()) + "us";
+        if (!r.config.pin_once) text += " unpinned";
+        if (!r.config.single_issuer) text += " shared-ring";
     }
     return text + " P" + std::to_string(r.config.threads);
 }

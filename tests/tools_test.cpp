@@ -302,6 +302,49 @@ BOOST_AUTO_TEST_CASE(bench_ring_reads_never_hold_the_range_in_memory) {
     BOOST_TEST(peak < size / 4, peak << " bytes resident at the peak");
 }
 
+// io_uring's two switches are axes too: on, off or both, every combination at every point, and
+// each run and point says which ran.
+BOOST_AUTO_TEST_CASE(tune_sweeps_pin_once_and_single_issuer_as_axes) {
+#if NVMEIO_HAS_IO_URING
+    std::error_code why;
+    if (!nvmeio::io_uring_supported(why)) {
+        BOOST_WARN_MESSAGE(false, "io_uring axes NOT TESTED: " << why.message());
+        return;
+    }
+    nvmeio_test::temp_path path("tune-ring-axes");
+    const std::string dir = out_dir("tune-ring-axes-out");
+    const ran r = run_tune(path,
+                           "-s 1M -b 64K -q 2 -p 1 --ops read --overlap on --single-submit off "
+                           "--backend io_uring --pin-once both --single-issuer both -r 1 --warm",
+                           dir, "tune-ring-axes");
+    BOOST_TEST_REQUIRE(r.status == 0, r.err);
+    const auto rows = read_csv(dir + "/runs.csv");
+    BOOST_TEST_REQUIRE(rows.size() == 1u + 4u);
+    const std::size_t pin = column(rows[0], "pin_once");
+    const std::size_t issuer = column(rows[0], "single_issuer");
+    std::vector<std::string> seen;
+    for (std::size_t i = 1; i < rows.size(); ++i)
+        seen.push_back(rows[i][pin] + "/" + rows[i][issuer]);
+    std::sort(seen.begin(), seen.end());
+    BOOST_TEST(
+        seen == (std::vector<std::string>{"false/false", "false/true", "true/false", "true/true"}),
+        boost::test_tools::per_element());
+    const json doc = json::parse(read_text(dir + "/summary.json"));
+    BOOST_TEST(doc["parameters"]["pin_once"] == "both");
+    BOOST_TEST(doc["parameters"]["single_issuer"] == "both");
+    BOOST_TEST_REQUIRE(doc["points"].size() == 4u);
+    std::vector<std::string> points;
+    for (const json& p : doc["points"]) {
+        points.push_back(std::string(p["pin_once"] ? "true" : "false") + "/" +
+                         (p["single_issuer"] ? "true" : "false"));
+    }
+    std::sort(points.begin(), points.end());
+    BOOST_TEST(points == seen, boost::test_tools::per_element());
+    BOOST_TEST(doc["best"]["read"].contains("pin_once"));
+    BOOST_TEST(r.out.find("unpinned shared-ring") != std::string::npos, r.out);
+#endif
+}
+
 BOOST_AUTO_TEST_CASE(bench_runs_on_io_uring_or_says_precisely_why_not) {
     nvmeio_test::temp_path path("bench-uring");
     const ran r = run(quoted(tool("NVMEIO_BENCH")) + " -f " + quoted(path.str()) +
@@ -685,6 +728,9 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         {tune, "-f {F} -s 1M -b 64K,-1 --warm", "--block-sizes"},
         {tune, "-f {F} -s 1M -b 64K,1000 --warm", "--block-sizes"},
         {tune, "-f {F} -s 1M -b 64K -q 4,0 --warm", "--queue-depths"},
+        {tune, "-f {F} -s 1M -b 64K --warm --pin-once maybe --backend io_uring", "--pin-once"},
+        {tune, "-f {F} -s 1M -b 64K --warm --pin-once both", "--pin-once"},  // libaio
+        {tune, "-f {F} -s 1M -b 64K --warm --single-issuer off", "--single-issuer"},
         {tune, "-f {F} -s 1M -b 64K -p 1,0 --warm", "--threads"},
         {tune, "-f {F} -s 1M -b 64K -r 0 --warm", "--repeats"},
         {tune, "-f {F} -s 1M -b 64K --spins 0,x --warm", "--spins"},

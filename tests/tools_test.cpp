@@ -90,6 +90,24 @@ std::size_t column(const std::vector<std::string>& header, const std::string& na
     return 0;
 }
 
+// The cells of `names` in every row after the header, each row's joined with '/', sorted: which
+// values of a sweep's axes the runs had.
+std::vector<std::string> sorted_cells(const std::vector<std::vector<std::string>>& rows,
+                                      const std::vector<std::string>& names) {
+    std::vector<std::size_t> at;
+    for (const std::string& name : names)
+        at.push_back(column(rows[0], name));
+    std::vector<std::string> cells;
+    for (std::size_t i = 1; i < rows.size(); ++i) {
+        std::string joined;
+        for (const std::size_t c : at)
+            joined += (joined.empty() ? "" : "/") + rows[i][c];
+        cells.push_back(joined);
+    }
+    std::sort(cells.begin(), cells.end());
+    return cells;
+}
+
 // A fresh output folder for one tune run.
 std::string out_dir(const std::string& name) {
     const std::string dir =
@@ -193,11 +211,7 @@ BOOST_AUTO_TEST_CASE(tune_sweeps_spin_values_as_an_axis) {
     BOOST_TEST_REQUIRE(r.status == 0, r.err);
     const auto rows = read_csv(dir + "/runs.csv");
     BOOST_TEST_REQUIRE(rows.size() == 1u + 4u);  // 2 spin values x 2 repeats
-    const std::size_t spin = column(rows[0], "spin_us");
-    std::vector<std::string> spins;
-    for (std::size_t i = 1; i < rows.size(); ++i)
-        spins.push_back(rows[i][spin]);
-    std::sort(spins.begin(), spins.end());
+    const std::vector<std::string> spins = sorted_cells(rows, {"spin_us"});
     BOOST_TEST(spins == (std::vector<std::string>{"0", "0", "50", "50"}),
                boost::test_tools::per_element());
     const json doc = json::parse(read_text(dir + "/summary.json"));
@@ -320,12 +334,7 @@ BOOST_AUTO_TEST_CASE(tune_sweeps_pin_once_and_single_issuer_as_axes) {
     BOOST_TEST_REQUIRE(r.status == 0, r.err);
     const auto rows = read_csv(dir + "/runs.csv");
     BOOST_TEST_REQUIRE(rows.size() == 1u + 4u);
-    const std::size_t pin = column(rows[0], "pin_once");
-    const std::size_t issuer = column(rows[0], "single_issuer");
-    std::vector<std::string> seen;
-    for (std::size_t i = 1; i < rows.size(); ++i)
-        seen.push_back(rows[i][pin] + "/" + rows[i][issuer]);
-    std::sort(seen.begin(), seen.end());
+    const std::vector<std::string> seen = sorted_cells(rows, {"pin_once", "single_issuer"});
     BOOST_TEST(
         seen == (std::vector<std::string>{"false/false", "false/true", "true/false", "true/true"}),
         boost::test_tools::per_element());

@@ -55,6 +55,7 @@ class engine {
           queue_depth_(options.queue_depth),
           block_size_(options.block_size),
           request_size_(block_size_),
+          block_request_(block_size_),
           slot_count_(queue_depth_),
           file_(target),
           op_(op),
@@ -91,9 +92,8 @@ class engine {
         if constexpr (keeps_to_queue_limits<Backend>::value) {
             const request_plan plan =
                 plan_requests(file_.queue_limits(), file_.is_direct(), unit_, block_size_,
-                              queue_depth_, backend_.completion_capacity(),
-                              [this](std::size_t whole) { return cut_would_not_pay(whole); });
-            request_size_ = plan.request_size;
+                              queue_depth_, backend_.completion_capacity());
+            request_size_ = block_request_ = plan.request_size;
             slot_count_ = plan.slots;
         }
         slots_.resize(slot_count_);
@@ -155,20 +155,13 @@ class engine {
         return std::min(state_[i].body, state_[i].end_of_data);
     }
 
-    // Whether every segment a cut to `whole` would apply to has memory that stays whole (see
-    // request_plan.hpp): its first request goes out with a registered buffer, or huge pages
-    // back it.
-    bool cut_would_not_pay(std::size_t whole) {
-        bool any = false;
-        for (std::size_t i = 0; i < count_; ++i) {
-            if (segments_[i].failure || state_[i].body <= whole) continue;
-            const std::byte* memory = segments_[i].memory;
-            if (!goes_out_registered(backend_, memory, std::min(block_size_, state_[i].body)) &&
-                !pages_.huge_pages_back(memory, state_[i].body))
-                return false;
-            any = true;
-        }
-        return any;
+    // The request size of the block at the next position: cut to request_size_ unless its
+    // memory stays whole (request_plan.hpp), asked anew at every block.
+    std::size_t block_request() {
+        const std::size_t length = std::min(block_size_, limit(next_segment_) - next_position_);
+        if (length <= request_size_) return request_size_;
+        const std::byte* memory = segments_[next_segment_].memory + next_position_;
+        return stays_whole(backend_, pages_, memory, length) ? block_size_ : request_size_;
     }
 
     // Moves past segments with nothing left to issue; true when none is left.
@@ -193,11 +186,17 @@ class engine {
                 file_.rw_flags()};
     }
 
+    // Hands out requests while slots are free. Blocks that stay whole in a cut plan hold at most
+    // queue depth slots, as they would uncut; their pieces may take the rest.
     void fill() {
         while (!free_.empty() && !exhausted()) {
+            if (request_size_ < block_size_ && next_position_ % block_size_ == 0)
+                block_request_ = block_request();
+            if (block_request_ > request_size_ && whole_held_ >= queue_depth_) break;
             const unsigned id = free_.back();
             free_.pop_back();
             slots_[id] = {next_segment_, next_position_, next_length(), 0, {}};
+            if (slots_[id].length > request_size_) ++whole_held_;
             pending_.push_back(request_for(id));
             next_position_ += slots_[id].length;
         }
@@ -208,7 +207,7 @@ class engine {
     // second and stays there.
     std::size_t next_length() const {
         const std::size_t left = limit(next_segment_) - next_position_;
-        std::size_t length = std::min(request_size_, left);
+        std::size_t length = std::min(block_request_, left);
         if (file_.is_uncached() && length < left) {
             const std::uint64_t start = segments_[next_segment_].offset + next_position_;
             const std::uint64_t end = align_down(start + length, uncached_page);
@@ -217,7 +216,10 @@ class engine {
         return length;
     }
 
-    void release(unsigned id) { free_.push_back(id); }
+    void release(unsigned id) {
+        if (slots_[id].length > request_size_) --whole_held_;
+        free_.push_back(id);
+    }
 
     void fail(std::size_t i, io_failure failure) {
         if (!segments_[i].failure) {
@@ -419,8 +421,10 @@ class engine {
     Backend& backend_;
     const unsigned queue_depth_;
     const std::size_t block_size_;
-    std::size_t request_size_;  // block_size_, or what the device takes whole (request_plan)
-    unsigned slot_count_;       // requests in flight at most: queue_depth_, or more pieces
+    std::size_t request_size_;   // block_size_, or what the device takes whole (request_plan)
+    std::size_t block_request_;  // request_size_, or block_size_ for a block that stays whole
+    unsigned whole_held_ = 0;    // slots held by blocks that stay whole in a cut plan
+    unsigned slot_count_;        // requests in flight at most: queue_depth_, or more pieces
     file& file_;
     const operation op_;
     segment* const segments_;

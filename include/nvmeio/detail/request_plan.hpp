@@ -60,23 +60,14 @@ struct request_plan {
 
 /// The plan for a context of `queue_depth` x `block_size` on a file with `limits`, O_DIRECT
 /// alignment `unit` (when `direct`), through a backend that keeps to the limits and holds
-/// `completion_capacity` (>= queue_depth) completions. `stays_whole(size)` is asked only when
-/// requests would be cut to `size`: whether the memory they would be cut from makes a failed try
-/// cheap. Then requests stay whole, as pieces cost more:
-/// - huge pages back it (see pagemap): its pages are pinned a huge page at a time. On the
-///   RAM-backed device 8 MiB blocks of huge pages ran at 0.94x the rate and 1.8-2x the CPU when
-///   cut, and 1 MiB ones need no split there (physically contiguous pages make few segments);
-/// - it is a buffer registered with the ring (by hand, or pinned once): nothing is pinned per
-///   request. There, whole 8 MiB requests of 4 KiB pages, split by the kernel's worker, cost
-///   0.3-0.6x the CPU per GiB (the worker's included) of 512 KiB pieces, at the same rate or better
-///   (docs/perf/ram_device.md).
-template <class StaysWhole>
-[[nodiscard]] request_plan plan_requests(const queue_limits& limits, bool direct, std::size_t unit,
-                                         std::size_t block_size, unsigned queue_depth,
-                                         std::size_t completion_capacity,
-                                         StaysWhole&& stays_whole) {
+/// `completion_capacity` (>= queue_depth) completions: what a block is cut to unless it stays
+/// whole (see stays_whole), and how many requests are in flight at most.
+[[nodiscard]] inline request_plan plan_requests(const queue_limits& limits, bool direct,
+                                                std::size_t unit, std::size_t block_size,
+                                                unsigned queue_depth,
+                                                std::size_t completion_capacity) {
     const std::size_t whole = limits.unsplit_request_bytes;
-    if (!direct || whole < unit || whole % unit != 0 || whole >= block_size || stays_whole(whole))
+    if (!direct || whole < unit || whole % unit != 0 || whole >= block_size)
         return {block_size, queue_depth};
     // Divisions only: a block size may be near SIZE_MAX.
     const std::size_t pieces = block_size / whole + (block_size % whole != 0 ? 1 : 0);
@@ -139,6 +130,22 @@ class pagemap {
 [[nodiscard]] inline bool huge_pages_back(const void* data, std::size_t length) noexcept {
     pagemap once;
     return once.huge_pages_back(data, length);
+}
+
+/// Whether a block of [memory, memory + length) that the plan would cut goes out whole: its
+/// memory makes a failed try cheap, so pieces would cost more. The engine asks at the start of
+/// every block, so memory pinned once during a transfer stays whole from its next block on:
+/// - it is a buffer registered with the ring (by hand, or pinned once): nothing is pinned per
+///   request. There, whole 8 MiB requests of 4 KiB pages, split by the kernel's worker, cost
+///   0.3-0.6x the CPU per GiB (the worker's included) of 512 KiB pieces, at the same rate or better
+///   (docs/perf/whole_registered.md);
+/// - huge pages back it (see pagemap): its pages are pinned a huge page at a time. On the
+///   RAM-backed device 8 MiB blocks of huge pages ran at 0.94x the rate and 1.8-2x the CPU when
+///   cut, and 1 MiB ones need no split there (physically contiguous pages make few segments).
+template <class Backend>
+[[nodiscard]] bool stays_whole(const Backend& backend, pagemap& pages, const void* memory,
+                               std::size_t length) noexcept {
+    return goes_out_registered(backend, memory, length) || pages.huge_pages_back(memory, length);
 }
 
 }  // namespace nvmeio::detail

@@ -6,8 +6,10 @@
 # Prints: round point op program GB/s CPU-s/GiB (nvmeio: its process during the pass; fio: its
 # whole process less a run of one ring's bytes).
 # $1: nvmeio-bench before, $2: after, $3: the device (filled with random bytes), $4: rounds.
+# POINTS: BLOCKxDEPTH ... (default: 8Mx1 8Mx4 8Mx16 1Mx4 1Mx16).
 set -euo pipefail
 before=$1 after=$2 device=${3:-/dev/loop0} rounds=${4:-3}
+points=${POINTS:-8Mx1 8Mx4 8Mx16 1Mx4 1Mx16}
 nvmeio() {  # BINARY BLOCK DEPTH OP
   "$1" -f "$device" -s 4G -b "$2" -q "$3" --op "$4" --backend io_uring --ring --allow-device-write \
     -n 1 -w 1 --json |
@@ -36,8 +38,8 @@ PY
 }
 echo "# $(uname -r), $(date -u '+%F %T') UTC, $rounds rounds"
 for ((r = 0; r < rounds; r++)); do
-  for p in "8M 1" "8M 4" "8M 16" "1M 4" "1M 16"; do
-    read -r b q <<< "$p"
+  for p in $points; do
+    b=${p%x*} q=${p#*x}
     for op in read write; do
       programs=(B A F)
       for ((i = 0; i < 3; i++)); do

@@ -161,7 +161,8 @@ class engine {
         const std::size_t length = std::min(block_size_, limit(next_segment_) - next_position_);
         if (length <= request_size_) return request_size_;
         const std::byte* memory = segments_[next_segment_].memory + next_position_;
-        return stays_whole(backend_, pages_, memory, length) ? block_size_ : request_size_;
+        const bool whole = stays_whole(backend_, pages_, memory, length, request_size_);
+        return whole ? block_size_ : request_size_;
     }
 
     // Moves past segments with nothing left to issue; true when none is left.

@@ -132,20 +132,27 @@ class pagemap {
     return once.huge_pages_back(data, length);
 }
 
-/// Whether a block of [memory, memory + length) that the plan would cut goes out whole: its
-/// memory makes a failed try cheap, so pieces would cost more. The engine asks at the start of
-/// every block, so memory pinned once during a transfer stays whole from its next block on:
-/// - it is a buffer registered with the ring (by hand, or pinned once): nothing is pinned per
-///   request. There, whole 8 MiB requests of 4 KiB pages, split by the kernel's worker, cost
-///   0.3-0.6x the CPU per GiB (the worker's included) of 512 KiB pieces, at the same rate or better
-///   (docs/perf/whole_registered.md);
+/// Pieces a block of registered memory must make, at least, to go out whole (see stays_whole).
+inline constexpr std::size_t whole_registered_pieces = 4;
+
+/// Whether a block of [memory, memory + length) that the plan cuts to `whole` goes out whole:
+/// its memory makes a failed try cheap, so pieces would cost more. The engine asks at the start
+/// of every block, so memory pinned once during a transfer stays whole from its next block on:
+/// - it is a buffer registered with the ring (by hand, or pinned once), and the block makes at
+///   least whole_registered_pieces pieces: nothing is pinned per request, and the one hand-off
+///   to the kernel's worker that splits it costs less than the pieces. On the RAM-backed device
+///   (512 KiB whole) whole blocks cost 0.36-0.54x the CPU per GiB of the cut at 4 MiB and
+///   0.24-0.81x at 8 MiB, at 0.74-1.32x the rate; at 2 MiB 0.52-0.85x; but 1 MiB at depth 1
+///   ran at 0.57-0.64x the rate and 1.36-1.64x the CPU (docs/perf/whole_registered.md);
 /// - huge pages back it (see pagemap): its pages are pinned a huge page at a time. On the
 ///   RAM-backed device 8 MiB blocks of huge pages ran at 0.94x the rate and 1.8-2x the CPU when
 ///   cut, and 1 MiB ones need no split there (physically contiguous pages make few segments).
 template <class Backend>
 [[nodiscard]] bool stays_whole(const Backend& backend, pagemap& pages, const void* memory,
-                               std::size_t length) noexcept {
-    return goes_out_registered(backend, memory, length) || pages.huge_pages_back(memory, length);
+                               std::size_t length, std::size_t whole) noexcept {
+    return (length / whole >= whole_registered_pieces &&
+            goes_out_registered(backend, memory, length)) ||
+           pages.huge_pages_back(memory, length);
 }
 
 }  // namespace nvmeio::detail

@@ -123,9 +123,9 @@ inline std::unique_ptr<engine> make_engine(const handle_settings& s) {
         return std::make_unique<engine_on<nvmeio::io_uring_backend>>(options);
     }
 #endif
-    nvmeio::detail::throw_invalid("backend must be 'libaio'" +
-                                  std::string(NVMEIO_HAS_IO_URING ? " or 'io_uring'" : "") +
-                                  " (got '" + s.backend + "')");
+    throw_invalid("backend must be 'libaio'" +
+                  std::string(NVMEIO_HAS_IO_URING ? " or 'io_uring'" : "") + " (got '" + s.backend +
+                  "')");
 }
 
 }  // namespace detail
@@ -157,7 +157,7 @@ inline nvmeio::file open_for(const std::string& path, nvmeio::operation op, std:
 inline std::string path_of_descriptor(int fd, nvmeio::operation op, std::uint64_t offset) {
     struct stat by_fd {};
     if (fd < 0 || ::fstat(fd, &by_fd) != 0) {
-        throw nvmeio::io_error({nvmeio::detail::errno_code(fd < 0 ? EBADF : errno),
+        throw nvmeio::io_error({std::error_code(fd < 0 ? EBADF : errno, std::generic_category()),
                                 std::string(to_string(op)) + " to descriptor " + std::to_string(fd),
                                 "", offset, 0});
     }
@@ -277,7 +277,7 @@ class aio_handle {
                 std::error_code ec;
                 const std::uint64_t size = r.file.size(ec);
                 throw nvmeio::io_error(
-                    {nvmeio::detail::errno_code(ENODATA),
+                    {std::error_code(ENODATA, std::generic_category()),
                      "read (the file is " +
                          (ec ? "shorter" : std::to_string(size) + " bytes long") + ")",
                      r.file.path(), r.offset, r.length});
@@ -294,7 +294,7 @@ class aio_handle {
                     ? "the file holds only " + std::to_string(v.file_bytes) + " of the bytes"
                     : std::to_string(v.mismatches.count) + " bytes differ, the first at byte " +
                           std::to_string(v.mismatches.first);
-            throw nvmeio::io_error({nvmeio::detail::errno_code(EIO),
+            throw nvmeio::io_error({std::error_code(EIO, std::generic_category()),
                                     "validate " + std::string(to_string(r.op)) + " (" + found + ")",
                                     r.file.path(), r.offset, r.length});
         }
@@ -335,7 +335,7 @@ class aio_handle {
 
     static handle_settings checked(handle_settings s) {
         if (s.intra_op_parallelism == 0) {
-            nvmeio::detail::throw_invalid("intra_op_parallelism must be at least 1 (got 0)");
+            throw_invalid("intra_op_parallelism must be at least 1 (got 0)");
         }
         return s;
     }

@@ -16,6 +16,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 #include <nvmeio/aligned_allocator.hpp>
 #include <nvmeio/error.hpp>
@@ -23,6 +25,11 @@
 #include <torch/types.h>
 
 namespace nvmeio_torch {
+
+/// Refuses a caller's value: pybind11 raises std::invalid_argument as ValueError.
+[[noreturn]] inline void throw_invalid(const std::string& message) {
+    throw std::invalid_argument("nvmeio: " + message);
+}
 
 /// The locked tensors handed out and not yet given back.
 class pinned_registry {
@@ -39,16 +46,15 @@ class pinned_registry {
     /// needs.
     torch::Tensor allocate(std::int64_t count, c10::ScalarType type) {
         if (count < 0) {
-            nvmeio::detail::throw_invalid(
+            throw_invalid(
                 "new_cpu_locked_tensor: num_elem must not be negative "
                 "(got " +
                 std::to_string(count) + ")");
         }
         const auto item = static_cast<std::size_t>(c10::elementSize(type));
         if (static_cast<std::uint64_t>(count) > SIZE_MAX / item) {
-            nvmeio::detail::throw_invalid("new_cpu_locked_tensor: " + std::to_string(count) +
-                                          " elements of " + std::to_string(item) +
-                                          " bytes do not fit in memory");
+            throw_invalid("new_cpu_locked_tensor: " + std::to_string(count) + " elements of " +
+                          std::to_string(item) + " bytes do not fit in memory");
         }
         const std::size_t bytes = static_cast<std::size_t>(count) * item;
         auto memory = std::make_shared<nvmeio::aligned_buffer>();

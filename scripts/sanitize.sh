@@ -58,7 +58,8 @@ for stage in "${stages[@]}"; do
             # with every public header compiled on its own (header_check) as the other pairs do.
             configure_and_build "$dir" "-O0 -g1 -fsanitize=thread" 20 "nvmeio_tests header_check"
             # Tests labelled one_thread (the comparator's: pure computation, 35-46 s each at -O0
-            # under TSan) have no second thread for it to watch; ASan runs them.
+            # under TSan; strategy_test, one context on one thread, 55 s) have no second thread
+            # for it to watch; ASan runs them.
             TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$source_dir/tests/tsan.supp" \
                 run_ctest "$dir" "packaging|one_thread"
             ;;

@@ -112,7 +112,7 @@ class engine {
             completion_samples_.reserve(expected);
         }
 
-        if (op_ == operation::write) reserve();
+        if (op_ == operation::write) reserve_write_runs(file_, segments_, count_);
         while (!lost_) {
             if (!settings_.drain_before_refill || inflight_ == 0) fill();
             submit_pending();
@@ -226,24 +226,6 @@ class engine {
         if (!segments_[i].failure) {
             segments_[i].failure = std::move(failure);
             purge_ = true;
-        }
-    }
-
-    // Runs of adjacent segments that pass the file's end are allocated before any data moves.
-    void reserve() {
-        for (std::size_t first = 0; first < count_;) {
-            std::size_t last = first;
-            std::uint64_t end = segments_[first].offset + segments_[first].length;
-            while (last + 1 < count_ && segments_[last + 1].offset == end) {
-                ++last;
-                end += segments_[last].length;
-            }
-            const std::uint64_t offset = segments_[first].offset;
-            io_failure failure =
-                reserve_write_range(file_, offset, static_cast<std::size_t>(end - offset));
-            for (std::size_t i = first; failure && i <= last; ++i)
-                fail(i, failure);
-            first = last + 1;
         }
     }
 

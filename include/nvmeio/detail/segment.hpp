@@ -48,6 +48,26 @@ struct segment {
     io_failure failure;     ///< Result: why the segment failed.
 };
 
+/// Before a write, reserves each run of adjacent segments (each starting where the one before
+/// ends) with reserve_write_range; a run that cannot be reserved fails its segments.
+inline void reserve_write_runs(file& f, segment* segments, std::size_t count) {
+    for (std::size_t first = 0; first < count;) {
+        std::size_t last = first;
+        std::uint64_t end = segments[first].offset + segments[first].length;
+        while (last + 1 < count && segments[last + 1].offset == end) {
+            ++last;
+            end += segments[last].length;
+        }
+        const std::uint64_t offset = segments[first].offset;
+        const io_failure failure =
+            reserve_write_range(f, offset, static_cast<std::size_t>(end - offset));
+        for (std::size_t i = first; failure && i <= last; ++i) {
+            if (!segments[i].failure) segments[i].failure = failure;
+        }
+        first = last + 1;
+    }
+}
+
 /// How the engine runs.
 struct engine_settings {
     bool drain_before_refill = false;   ///< Sequential: reap the whole round before refilling.

@@ -344,6 +344,11 @@ BOOST_AUTO_TEST_CASE(a_cut_block_keeps_its_bytes_in_flight_within_the_ring_and_t
     check(plan_requests({512 * k, 16}, true, 4096, 8 * m, 4, 64), 512 * k, 16);  // its queue
     check(plan_requests(loop, true, 4096, 1 * m, 256, 4096), 512 * k, 256);
     check(plan_requests({512 * k, 0}, true, 4096, 8 * m, 4, 64), 512 * k, 64);
+    // Registered memory stays whole from whole_registered_pieces pieces at depth 1, deeper from
+    // two.
+    BOOST_TEST(plan_requests(loop, true, 4096, 8 * m, 1, 64).registered_whole_from ==
+               detail::whole_registered_pieces * 512 * k);
+    BOOST_TEST(plan_requests(loop, true, 4096, 8 * m, 2, 64).registered_whole_from == 512 * k + 1);
     // A block size near SIZE_MAX: as many pieces as the completion ring holds, no overflow.
     const std::size_t largest = std::numeric_limits<std::size_t>::max() / 4096 * 4096;
     check(plan_requests(loop, true, 4096, largest, 4, 64), 512 * k, 64);
@@ -544,8 +549,8 @@ BOOST_AUTO_TEST_CASE(memory_pinned_during_a_transfer_stays_whole_from_its_next_b
     BOOST_TEST(counting.backend().most == 2u);
     BOOST_TEST(std::memcmp(registered, expected.data() + 6 * block, 2 * block) == 0);
 
-    // A registered block of fewer pieces than whole_registered_pieces is cut: there the hand-off
-    // to the kernel's worker costs more than the pieces.
+    // At depth 1, a registered block of fewer pieces than whole_registered_pieces is cut: there
+    // the hand-off to the kernel's worker costs more than the pieces. At depth 2 it stays whole.
     const std::size_t few = (detail::whole_registered_pieces - 1) * whole;
     basic_aio_context<io_uring_backend> cutting({1, few});
     std::vector<aligned_buffer> small_ring;
@@ -560,6 +565,17 @@ BOOST_AUTO_TEST_CASE(memory_pinned_during_a_transfer_stays_whole_from_its_next_b
     BOOST_TEST(cut.perf.requests == 8 * (detail::whole_registered_pieces - 1));
     BOOST_TEST(cutting.backend().registered_use().fixed_buffer_requests == cut.perf.requests);
     BOOST_TEST(std::memcmp(small, expected.data() + 6 * few, 2 * few) == 0);
+    basic_aio_context<io_uring_backend> deeper({2, few});
+    std::vector<aligned_buffer> deeper_ring;
+    deeper_ring.emplace_back(2 * few);
+    deeper.backend().register_buffers(std::move(deeper_ring));
+    std::byte* const deep = deeper.backend().registered_buffer_at(0).data;
+    for (std::size_t i = 0; i < requests.size(); ++i)
+        requests[i].buffer = deep + i % 2 * few;
+    const batch_outcome kept = read_batch(deeper, f, requests, options);
+    BOOST_TEST(kept.perf.bytes == 8 * few);
+    BOOST_TEST(kept.perf.requests == 8u);
+    BOOST_TEST(std::memcmp(deep, expected.data() + 6 * few, 2 * few) == 0);
 }
 
 // The pieces of cut requests under every recoverable fault at once (partial submits, EAGAIN,

@@ -94,6 +94,7 @@ class engine {
                 plan_requests(file_.queue_limits(), file_.is_direct(), unit_, block_size_,
                               queue_depth_, backend_.completion_capacity());
             request_size_ = block_request_ = plan.request_size;
+            registered_whole_from_ = plan.registered_whole_from;
             slot_count_ = plan.slots;
         }
         slots_.resize(slot_count_);
@@ -161,7 +162,7 @@ class engine {
         const std::size_t length = std::min(block_size_, limit(next_segment_) - next_position_);
         if (length <= request_size_) return request_size_;
         const std::byte* memory = segments_[next_segment_].memory + next_position_;
-        const bool whole = stays_whole(backend_, pages_, memory, length, request_size_);
+        const bool whole = stays_whole(backend_, pages_, memory, length, registered_whole_from_);
         return whole ? block_size_ : request_size_;
     }
 
@@ -407,7 +408,8 @@ class engine {
     std::size_t request_size_;   // block_size_, or what the device takes whole (request_plan)
     std::size_t block_request_;  // request_size_, or block_size_ for a block that stays whole
     unsigned whole_held_ = 0;    // slots held by blocks that stay whole in a cut plan
-    unsigned slot_count_;        // requests in flight at most: queue_depth_, or more pieces
+    std::size_t registered_whole_from_ = 0;  // request_plan::registered_whole_from
+    unsigned slot_count_;  // requests in flight at most: queue_depth_, or more pieces
     file& file_;
     const operation op_;
     segment* const segments_;

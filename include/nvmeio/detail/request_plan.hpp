@@ -52,16 +52,23 @@ template <class Backend>
 struct keeps_to_queue_limits<Backend, std::void_t<decltype(Backend::keeps_to_queue_limits)>>
     : std::bool_constant<Backend::keeps_to_queue_limits> {};
 
-/// Request size and requests in flight at most.
+/// Pieces a block of registered memory must make, at least, to go out whole at depth 1 (see
+/// stays_whole).
+inline constexpr std::size_t whole_registered_pieces = 4;
+
+/// Request size and requests in flight at most; when blocks are cut, the length from which a
+/// block of registered memory stays whole (see stays_whole).
 struct request_plan {
     std::size_t request_size = 0;
     unsigned slots = 0;
+    std::size_t registered_whole_from = 0;
 };
 
 /// The plan for a context of `queue_depth` x `block_size` on a file with `limits`, O_DIRECT
 /// alignment `unit` (when `direct`), through a backend that keeps to the limits and holds
 /// `completion_capacity` (>= queue_depth) completions: what a block is cut to unless it stays
-/// whole (see stays_whole), and how many requests are in flight at most.
+/// whole (see stays_whole), and how many requests are in flight at most. At depth 1 a block of
+/// registered memory stays whole from whole_registered_pieces pieces, deeper from two.
 [[nodiscard]] inline request_plan plan_requests(const queue_limits& limits, bool direct,
                                                 std::size_t unit, std::size_t block_size,
                                                 unsigned queue_depth,
@@ -76,7 +83,10 @@ struct request_plan {
                             : std::size_t{queue_depth} * pieces;
     if (limits.requests > 0)
         slots = std::min(slots, std::max<std::size_t>(queue_depth, limits.requests));
-    return {whole, static_cast<unsigned>(std::max<std::size_t>(queue_depth, slots))};
+    const std::size_t registered_from =
+        queue_depth > 1 ? whole + 1 : whole_registered_pieces * whole;
+    return {whole, static_cast<unsigned>(std::max<std::size_t>(queue_depth, slots)),
+            registered_from};
 }
 
 /// Asks the kernel which memory huge pages (transparent or hugetlbfs) back, through
@@ -132,26 +142,23 @@ class pagemap {
     return once.huge_pages_back(data, length);
 }
 
-/// Pieces a block of registered memory must make, at least, to go out whole (see stays_whole).
-inline constexpr std::size_t whole_registered_pieces = 4;
-
-/// Whether a block of [memory, memory + length) that the plan cuts to `whole` goes out whole:
-/// its memory makes a failed try cheap, so pieces would cost more. The engine asks at the start
-/// of every block, so memory pinned once during a transfer stays whole from its next block on:
-/// - it is a buffer registered with the ring (by hand, or pinned once), and the block makes at
-///   least whole_registered_pieces pieces: nothing is pinned per request, and the one hand-off
-///   to the kernel's worker that splits it costs less than the pieces. On the RAM-backed device
-///   (512 KiB whole) whole blocks cost 0.36-0.54x the CPU per GiB of the cut at 4 MiB and
-///   0.24-0.81x at 8 MiB, at 0.74-1.32x the rate; at 2 MiB 0.52-0.85x; but 1 MiB at depth 1
-///   ran at 0.57-0.64x the rate and 1.36-1.64x the CPU (docs/perf/whole_registered.md);
+/// Whether a block of [memory, memory + length) that the plan cuts goes out whole: its memory
+/// makes a failed try cheap, so pieces would cost more. The engine asks at the start of every
+/// block, so memory pinned once during a transfer stays whole from its next block on:
+/// - it is a buffer registered with the ring (by hand, or pinned once) and the block is at least
+///   `registered_from` long (request_plan): nothing is pinned per request, and the one hand-off
+///   to the kernel's worker that splits it costs less than the pieces, except at depth 1 where
+///   nothing overlaps it. On the RAM-backed device (512 KiB whole), whole blocks at depth 2-4
+///   ran at 1.06-1.30x the rate of the cut at 0.71-0.95x the CPU per GiB for 1 MiB, within the
+///   noise at depth 16-128, and at 0.24-0.81x the CPU for 4-8 MiB; but 1 MiB at depth 1 ran at
+///   0.57-0.64x the rate and 1.36-1.64x the CPU (docs/perf/whole_registered.md);
 /// - huge pages back it (see pagemap): its pages are pinned a huge page at a time. On the
 ///   RAM-backed device 8 MiB blocks of huge pages ran at 0.94x the rate and 1.8-2x the CPU when
 ///   cut, and 1 MiB ones need no split there (physically contiguous pages make few segments).
 template <class Backend>
 [[nodiscard]] bool stays_whole(const Backend& backend, pagemap& pages, const void* memory,
-                               std::size_t length, std::size_t whole) noexcept {
-    return (length / whole >= whole_registered_pieces &&
-            goes_out_registered(backend, memory, length)) ||
+                               std::size_t length, std::size_t registered_from) noexcept {
+    return (length >= registered_from && goes_out_registered(backend, memory, length)) ||
            pages.huge_pages_back(memory, length);
 }
 

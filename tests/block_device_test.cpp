@@ -534,48 +534,36 @@ BOOST_AUTO_TEST_CASE(memory_pinned_during_a_transfer_stays_whole_from_its_next_b
     BOOST_TEST(context.backend().registered_use().fixed_buffer_requests == pieces + 5);
     BOOST_TEST(std::memcmp(ring.data(), expected.data() + 6 * block, 2 * block) == 0);
 
+    // The same read of 8 blocks of `size` bytes through a ring of two registered by hand with
+    // the ring of context `on`, with exact bytes.
+    const auto through_registered_ring = [&](auto& on, std::size_t size) {
+        std::vector<aligned_buffer> mine;
+        mine.emplace_back(2 * size);
+        on.backend().register_buffers(std::move(mine));
+        std::byte* const registered = on.backend().registered_buffer_at(0).data;
+        for (std::size_t i = 0; i < requests.size(); ++i)
+            requests[i] = {registered + i % 2 * size, size, i * size};
+        options.max_io_size = size;
+        const batch_outcome o = read_batch(on, f, requests, options);
+        BOOST_TEST(o.perf.bytes == 8 * size);
+        BOOST_TEST(std::memcmp(registered, expected.data() + 6 * size, 2 * size) == 0);
+        return o;
+    };
     // Whole blocks hold no more requests than the queue depth, though the cut plan has slots for
-    // their pieces: a ring registered by hand at depth 2 goes whole, two blocks at a time.
+    // their pieces: at depth 2 the ring goes whole, two blocks at a time.
     basic_aio_context<counting_io_uring> counting({2, block});
-    std::vector<aligned_buffer> mine;
-    mine.emplace_back(2 * block);
-    counting.backend().register_buffers(std::move(mine));
-    std::byte* const registered = counting.backend().registered_buffer_at(0).data;
-    for (std::size_t i = 0; i < requests.size(); ++i)
-        requests[i].buffer = registered + i % 2 * block;
-    const batch_outcome again = read_batch(counting, f, requests, options);
-    BOOST_TEST(again.perf.bytes == 8 * block);
-    BOOST_TEST(again.perf.requests == 8u);
+    BOOST_TEST(through_registered_ring(counting, block).perf.requests == 8u);
     BOOST_TEST(counting.backend().most == 2u);
-    BOOST_TEST(std::memcmp(registered, expected.data() + 6 * block, 2 * block) == 0);
 
     // At depth 1, a registered block of fewer pieces than whole_registered_pieces is cut: there
     // the hand-off to the kernel's worker costs more than the pieces. At depth 2 it stays whole.
     const std::size_t few = (detail::whole_registered_pieces - 1) * whole;
     basic_aio_context<io_uring_backend> cutting({1, few});
-    std::vector<aligned_buffer> small_ring;
-    small_ring.emplace_back(2 * few);
-    cutting.backend().register_buffers(std::move(small_ring));
-    std::byte* const small = cutting.backend().registered_buffer_at(0).data;
-    for (std::size_t i = 0; i < requests.size(); ++i)
-        requests[i] = {small + i % 2 * few, few, i * few};
-    options.max_io_size = few;
-    const batch_outcome cut = read_batch(cutting, f, requests, options);
-    BOOST_TEST(cut.perf.bytes == 8 * few);
+    const batch_outcome cut = through_registered_ring(cutting, few);
     BOOST_TEST(cut.perf.requests == 8 * (detail::whole_registered_pieces - 1));
     BOOST_TEST(cutting.backend().registered_use().fixed_buffer_requests == cut.perf.requests);
-    BOOST_TEST(std::memcmp(small, expected.data() + 6 * few, 2 * few) == 0);
     basic_aio_context<io_uring_backend> deeper({2, few});
-    std::vector<aligned_buffer> deeper_ring;
-    deeper_ring.emplace_back(2 * few);
-    deeper.backend().register_buffers(std::move(deeper_ring));
-    std::byte* const deep = deeper.backend().registered_buffer_at(0).data;
-    for (std::size_t i = 0; i < requests.size(); ++i)
-        requests[i].buffer = deep + i % 2 * few;
-    const batch_outcome kept = read_batch(deeper, f, requests, options);
-    BOOST_TEST(kept.perf.bytes == 8 * few);
-    BOOST_TEST(kept.perf.requests == 8u);
-    BOOST_TEST(std::memcmp(deep, expected.data() + 6 * few, 2 * few) == 0);
+    BOOST_TEST(through_registered_ring(deeper, few).perf.requests == 8u);
 }
 
 // The pieces of cut requests under every recoverable fault at once (partial submits, EAGAIN,

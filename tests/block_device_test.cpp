@@ -507,32 +507,32 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whol
 // after it go out whole, with the registered buffer.
 BOOST_AUTO_TEST_CASE(memory_pinned_during_a_transfer_stays_whole_from_its_next_block) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
-    const std::size_t block = std::size_t{8} << 20;
-    nvmeio_test::loop_device device(8 * block, 4096, 11);
+    const std::size_t ring_block = std::size_t{8} << 20;
+    nvmeio_test::loop_device device(8 * ring_block, 4096, 11);
     if (!make_device(device, 4096)) return;
     file f(device.path(), open_mode::read);
     BOOST_TEST_REQUIRE(f.is_direct());
     const std::size_t whole = f.queue_limits().unsplit_request_bytes;
-    BOOST_TEST_REQUIRE(
-        (whole > 0 && block % whole == 0 && block / whole >= detail::whole_registered_pieces));
-    const std::size_t pieces = block / whole;
-    const std::vector<unsigned char> expected = nvmeio_test::pattern(8 * block, 92);
+    BOOST_TEST_REQUIRE((whole > 0 && ring_block % whole == 0 &&
+                        ring_block / whole >= detail::whole_registered_pieces));
+    const std::size_t pieces = ring_block / whole;
+    const std::vector<unsigned char> expected = nvmeio_test::pattern(8 * ring_block, 92);
     nvmeio_test::spew(device.image(), expected.data(), expected.size());
-    aligned_buffer ring(2 * block);
+    aligned_buffer ring(2 * ring_block);
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < 8; ++i)
-        requests.push_back({ring.data() + i % 2 * block, block, i * block});
+        requests.push_back({ring.data() + i % 2 * ring_block, ring_block, i * ring_block});
     batch_options options;
-    options.max_io_size = block;
+    options.max_io_size = ring_block;
     options.config.measure = true;
-    basic_aio_context<io_uring_backend> context({1, block});
+    basic_aio_context<io_uring_backend> context({1, ring_block});
     const batch_outcome read = read_batch(context, f, requests, options);
-    BOOST_TEST(read.perf.bytes == 8 * block);
+    BOOST_TEST(read.perf.bytes == 8 * ring_block);
     BOOST_TEST(read.bounced_bytes == 0u);
     BOOST_TEST(read.perf.resubmissions == 0u);
     BOOST_TEST(read.perf.requests == 3 * pieces + 5);
     BOOST_TEST(context.backend().registered_use().fixed_buffer_requests == pieces + 5);
-    BOOST_TEST(std::memcmp(ring.data(), expected.data() + 6 * block, 2 * block) == 0);
+    BOOST_TEST(std::memcmp(ring.data(), expected.data() + 6 * ring_block, 2 * ring_block) == 0);
 
     // The same read of 8 blocks of `size` bytes through a ring of two registered by hand with
     // the ring of context `on`, with exact bytes.
@@ -551,8 +551,8 @@ BOOST_AUTO_TEST_CASE(memory_pinned_during_a_transfer_stays_whole_from_its_next_b
     };
     // Whole blocks hold no more requests than the queue depth, though the cut plan has slots for
     // their pieces: at depth 2 the ring goes whole, two blocks at a time.
-    basic_aio_context<counting_io_uring> counting({2, block});
-    BOOST_TEST(through_registered_ring(counting, block).perf.requests == 8u);
+    basic_aio_context<counting_io_uring> counting({2, ring_block});
+    BOOST_TEST(through_registered_ring(counting, ring_block).perf.requests == 8u);
     BOOST_TEST(counting.backend().most == 2u);
 
     // At depth 1, a registered block of fewer pieces than whole_registered_pieces is cut: there

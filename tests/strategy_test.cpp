@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <nvmeio/strategy.hpp>
@@ -388,7 +389,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(block_submit_never_holds_more_than_are_in_flight, 
 }
 
 // Records the least number of completions each reap asked for: 0 is a poll (never sleeps), more
-// is a wait that may sleep in the kernel. With `deaf_polls`, polls find nothing, as when a
+// is a wait that may sleep in the kernel. A wait interrupted before it got them (-EINTR: a
+// signal, or task work io_uring left this thread, ends libaio's io_getevents so) is the same wait
+// asked again, and is not recorded twice. With `deaf_polls`, polls find nothing, as when a
 // device is slower than the spin limit.
 template <class Inner>
 class wait_recorder {
@@ -402,9 +405,9 @@ class wait_recorder {
     }
     int reap(io_completion* out, std::size_t min, std::size_t max,
              const timespec* timeout) noexcept {
-        reaps.push_back(min);
-        if (min == 0 && deaf_polls) return 0;
-        return real_.reap(out, min, max, timeout);
+        const int rc = min == 0 && deaf_polls ? 0 : real_.reap(out, min, max, timeout);
+        if (rc != -EINTR) reaps.push_back(min);
+        return rc;
     }
     [[nodiscard]] unsigned queue_depth() const noexcept { return real_.queue_depth(); }
 

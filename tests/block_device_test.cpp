@@ -116,6 +116,14 @@ class counting_io_uring : public io_uring_backend {
     std::size_t most = 0;
 };
 
+// nvmeio's memory of 4 KiB pages whatever the system's transparent huge pages setting: memory
+// of huge pages would stay whole on a device (request_plan.hpp).
+aligned_buffer small_pages(std::size_t size) {
+    aligned_buffer buffer(size);
+    (void)::madvise(buffer.data(), buffer.capacity(), MADV_NOHUGEPAGE);
+    return buffer;
+}
+
 std::string describe(const transfer_config& c) {
     return std::string(to_string(c.strategy)) + "/" + to_string(c.submit);
 }
@@ -464,7 +472,15 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whol
     }).join();
     BOOST_TEST(from_huge.bytes == size);
     BOOST_TEST(huge_workers == 0);
-    BOOST_TEST(from_huge.perf.requests == size / (is_huge ? std::size_t{1} << 20 : whole));
+    // Blocks are asked one by one: when huge pages back only part of the buffer (its first 2 MiB
+    // may start unaligned, khugepaged may collapse pages during the transfer), the blocks they
+    // back go whole, the others are cut.
+    if (is_huge) {
+        BOOST_TEST(from_huge.perf.requests == size >> 20);
+    } else {
+        BOOST_TEST(from_huge.perf.requests >= size >> 20);
+        BOOST_TEST(from_huge.perf.requests <= size / whole);
+    }
     BOOST_TEST(std::memcmp(huge.data(), data.data(), size) == 0);
 
     // The pieces of a cut block keep its bytes in flight: depth 2 x 8 MiB.
@@ -518,7 +534,7 @@ BOOST_AUTO_TEST_CASE(memory_pinned_during_a_transfer_stays_whole_from_its_next_b
     const std::size_t pieces = ring_block / whole;
     const std::vector<unsigned char> expected = nvmeio_test::pattern(8 * ring_block, 92);
     nvmeio_test::spew(device.image(), expected.data(), expected.size());
-    aligned_buffer ring(2 * ring_block);
+    aligned_buffer ring = small_pages(2 * ring_block);
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < 8; ++i)
         requests.push_back({ring.data() + i % 2 * ring_block, ring_block, i * ring_block});
@@ -538,7 +554,7 @@ BOOST_AUTO_TEST_CASE(memory_pinned_during_a_transfer_stays_whole_from_its_next_b
     // the ring of context `on`, with exact bytes.
     const auto through_registered_ring = [&](auto& on, std::size_t size) {
         std::vector<aligned_buffer> mine;
-        mine.emplace_back(2 * size);
+        mine.push_back(small_pages(2 * size));
         on.backend().register_buffers(std::move(mine));
         std::byte* const registered = on.backend().registered_buffer_at(0).data;
         for (std::size_t i = 0; i < requests.size(); ++i)

@@ -157,12 +157,17 @@ class engine {
     }
 
     // The request size of the block at the next position: cut to request_size_ unless its
-    // memory stays whole (request_plan.hpp), asked anew at every block.
+    // memory stays whole (request_plan.hpp), asked anew at every block; whether huge pages back
+    // the segment is asked at its first.
     std::size_t block_request() {
+        const std::byte* const memory = segments_[next_segment_].memory;
+        const std::size_t body = state_[next_segment_].body;
+        if (next_position_ == 0)
+            huge_ = body > request_size_ && pages_.huge_pages_back(memory, body);
         const std::size_t length = std::min(block_size_, limit(next_segment_) - next_position_);
         if (length <= request_size_) return request_size_;
-        const std::byte* memory = segments_[next_segment_].memory + next_position_;
-        const bool whole = stays_whole(backend_, pages_, memory, length, registered_whole_from_);
+        const bool whole =
+            stays_whole(backend_, memory + next_position_, length, registered_whole_from_, huge_);
         return whole ? block_size_ : request_size_;
     }
 
@@ -408,6 +413,7 @@ class engine {
     std::size_t request_size_;   // block_size_, or what the device takes whole (request_plan)
     std::size_t block_request_;  // request_size_, or block_size_ for a block that stays whole
     unsigned whole_held_ = 0;    // slots held by blocks that stay whole in a cut plan
+    bool huge_ = false;          // huge pages back the segment being handed out
     std::size_t registered_whole_from_ = 0;  // request_plan::registered_whole_from
     unsigned slot_count_;  // requests in flight at most: queue_depth_, or more pieces
     file& file_;

@@ -152,14 +152,14 @@ class pagemap {
 ///   ran at 1.06-1.30x the rate of the cut at 0.71-0.95x the CPU per GiB for 1 MiB, within the
 ///   noise at depth 16-128, and at 0.24-0.81x the CPU for 4-8 MiB; but 1 MiB at depth 1 ran at
 ///   0.57-0.64x the rate and 1.36-1.64x the CPU (docs/perf/whole_registered.md);
-/// - huge pages back it (see pagemap): its pages are pinned a huge page at a time. On the
+/// - `huge`: huge pages back its segment (see pagemap; asked once per segment, as an ask costs
+///   1.1 us, 1 ms per GiB of 1 MiB blocks), so its pages are pinned a huge page at a time. On the
 ///   RAM-backed device 8 MiB blocks of huge pages ran at 0.94x the rate and 1.8-2x the CPU when
 ///   cut, and 1 MiB ones need no split there (physically contiguous pages make few segments).
 template <class Backend>
-[[nodiscard]] bool stays_whole(const Backend& backend, pagemap& pages, const void* memory,
-                               std::size_t length, std::size_t registered_from) noexcept {
-    return (length >= registered_from && goes_out_registered(backend, memory, length)) ||
-           pages.huge_pages_back(memory, length);
+[[nodiscard]] bool stays_whole(const Backend& backend, const void* memory, std::size_t length,
+                               std::size_t registered_from, bool huge) noexcept {
+    return huge || (length >= registered_from && goes_out_registered(backend, memory, length));
 }
 
 }  // namespace nvmeio::detail

@@ -27,6 +27,7 @@
 #include "nvmeio/backend/request.hpp"
 #include "nvmeio/detail/completion_wait.hpp"
 #include "nvmeio/detail/engine_scratch.hpp"
+#include "nvmeio/detail/request_cursor.hpp"
 #include "nvmeio/detail/request_plan.hpp"
 #include "nvmeio/detail/retry_budget.hpp"
 #include "nvmeio/detail/segment.hpp"
@@ -40,9 +41,6 @@
 namespace nvmeio {
 namespace detail {
 
-// The page an uncached file's requests are cut at (see engine::next_length).
-inline constexpr std::size_t uncached_page = 4096;
-
 template <class Backend>
 class engine {
     using clock = std::chrono::steady_clock;
@@ -54,8 +52,6 @@ class engine {
         : backend_(backend),
           queue_depth_(options.queue_depth),
           block_size_(options.block_size),
-          request_size_(block_size_),
-          block_request_(block_size_),
           slot_count_(queue_depth_),
           file_(target),
           op_(op),
@@ -74,7 +70,7 @@ class engine {
           completion_samples_(scratch.completion_samples),
           spin_(options.spin),
           backoff_(scratch.backoff),
-          pages_(scratch.pages) {}
+          cursor_(backend, scratch.pages, target, segments, count, scratch.state, block_size_) {}
 
     void run() {
         const clock::time_point start = perf_ != nullptr ? clock::now() : clock::time_point{};
@@ -93,8 +89,7 @@ class engine {
             const request_plan plan =
                 plan_requests(file_.queue_limits(), file_.is_direct(), unit_, block_size_,
                               queue_depth_, backend_.completion_capacity());
-            request_size_ = block_request_ = plan.request_size;
-            registered_whole_from_ = plan.registered_whole_from;
+            cursor_.follow(plan);
             slot_count_ = plan.slots;
         }
         slots_.resize(slot_count_);
@@ -108,7 +103,8 @@ class engine {
         submit_samples_.clear();
         completion_samples_.clear();
         if (perf_ != nullptr) {
-            const std::size_t expected = body_total / request_size_ + count_ + 2 * slot_count_;
+            const std::size_t expected =
+                body_total / cursor_.request_size() + count_ + 2 * slot_count_;
             submit_samples_.reserve(settings_.one_request_per_call ? expected : expected / 2 + 1);
             completion_samples_.reserve(expected);
         }
@@ -119,7 +115,7 @@ class engine {
             submit_pending();
             if (lost_) break;
             if (inflight_ == 0) {
-                if (exhausted()) break;
+                if (cursor_.exhausted()) break;
                 continue;
             }
             reap(settings_.drain_before_refill ? inflight_ : 1);
@@ -152,35 +148,6 @@ class engine {
         return std::chrono::duration<double, std::micro>(d).count();
     }
 
-    std::size_t limit(std::size_t i) const {
-        return std::min(state_[i].body, state_[i].end_of_data);
-    }
-
-    // The request size of the block at the next position: cut to request_size_ unless its
-    // memory stays whole (request_plan.hpp), asked anew at every block; whether huge pages back
-    // the segment is asked at its first.
-    std::size_t block_request() {
-        const std::byte* const memory = segments_[next_segment_].memory;
-        const std::size_t body = state_[next_segment_].body;
-        if (next_position_ == 0)
-            huge_ = body > request_size_ && pages_.huge_pages_back(memory, body);
-        const std::size_t length = std::min(block_size_, limit(next_segment_) - next_position_);
-        if (length <= request_size_) return request_size_;
-        const bool whole =
-            stays_whole(backend_, memory + next_position_, length, registered_whole_from_, huge_);
-        return whole ? block_size_ : request_size_;
-    }
-
-    // Moves past segments with nothing left to issue; true when none is left.
-    bool exhausted() {
-        while (next_segment_ < count_ &&
-               (segments_[next_segment_].failure || next_position_ >= limit(next_segment_))) {
-            ++next_segment_;
-            next_position_ = 0;
-        }
-        return next_segment_ >= count_;
-    }
-
     io_request request_for(unsigned id) const {
         const slot& s = slots_[id];
         const segment& g = segments_[s.segment];
@@ -196,35 +163,20 @@ class engine {
     // Hands out requests while slots are free. Blocks that stay whole in a cut plan hold at most
     // queue depth slots, as they would uncut; their pieces may take the rest.
     void fill() {
-        while (!free_.empty() && !exhausted()) {
-            if (request_size_ < block_size_ && next_position_ % block_size_ == 0)
-                block_request_ = block_request();
-            if (block_request_ > request_size_ && whole_held_ >= queue_depth_) break;
+        while (!free_.empty() && !cursor_.exhausted()) {
+            const auto next = cursor_.next();
+            if (next.length > cursor_.request_size() && whole_held_ >= queue_depth_) break;
             const unsigned id = free_.back();
             free_.pop_back();
-            slots_[id] = {next_segment_, next_position_, next_length(), 0, {}};
-            if (slots_[id].length > request_size_) ++whole_held_;
+            slots_[id] = {next.segment, next.position, next.length, 0, {}};
+            if (next.length > cursor_.request_size()) ++whole_held_;
             pending_.push_back(request_for(id));
-            next_position_ += slots_[id].length;
+            cursor_.advance(next.length);
         }
-    }
-
-    // Bytes of the next request. On an uncached file a request that is not its segment's last
-    // ends on a page boundary of the file: a page two requests share is found in the cache by the
-    // second and stays there.
-    std::size_t next_length() const {
-        const std::size_t left = limit(next_segment_) - next_position_;
-        std::size_t length = std::min(block_request_, left);
-        if (file_.is_uncached() && length < left) {
-            const std::uint64_t start = segments_[next_segment_].offset + next_position_;
-            const std::uint64_t end = align_down(start + length, uncached_page);
-            if (end > start) length = static_cast<std::size_t>(end - start);
-        }
-        return length;
     }
 
     void release(unsigned id) {
-        if (slots_[id].length > request_size_) --whole_held_;
+        if (slots_[id].length > cursor_.request_size()) --whole_held_;
         free_.push_back(id);
     }
 
@@ -318,9 +270,9 @@ class engine {
     // not finished yet fails and nothing more is issued; finished ones keep their result.
     void lose(int rc) {
         lost_ = true;
-        (void)exhausted();  // a segment wholly issued is finished unless a request of it is busy
+        (void)cursor_.exhausted();  // wholly issued, a segment is finished unless a request is busy
         std::vector<bool> unfinished(count_, false);
-        for (std::size_t i = next_segment_; i < count_; ++i)
+        for (std::size_t i = cursor_.segment_index(); i < count_; ++i)
             unfinished[i] = true;
         std::vector<bool> idle(slot_count_, false);
         for (unsigned id : free_)
@@ -410,12 +362,8 @@ class engine {
     Backend& backend_;
     const unsigned queue_depth_;
     const std::size_t block_size_;
-    std::size_t request_size_;   // block_size_, or what the device takes whole (request_plan)
-    std::size_t block_request_;  // request_size_, or block_size_ for a block that stays whole
-    unsigned whole_held_ = 0;    // slots held by blocks that stay whole in a cut plan
-    bool huge_ = false;          // huge pages back the segment being handed out
-    std::size_t registered_whole_from_ = 0;  // request_plan::registered_whole_from
-    unsigned slot_count_;  // requests in flight at most: queue_depth_, or more pieces
+    unsigned whole_held_ = 0;  // slots held by blocks that stay whole in a cut plan
+    unsigned slot_count_;      // requests in flight at most: queue_depth_, or more pieces
     file& file_;
     const operation op_;
     segment* const segments_;
@@ -425,8 +373,6 @@ class engine {
     transfer_perf* const perf_;
     std::vector<segment_state>& state_;  // these live in the context's engine_scratch
 
-    std::size_t next_segment_ = 0;  // the next range not yet handed out
-    std::size_t next_position_ = 0;
     unsigned inflight_ = 0;
     std::vector<slot>& slots_;
     std::vector<unsigned>& free_;
@@ -441,9 +387,9 @@ class engine {
     std::vector<double>& completion_samples_;
     std::uint64_t requests_ = 0;
     std::uint64_t resubmissions_ = 0;
-    const clock::duration spin_;  // context_options::spin
-    spin_backoff& backoff_;       // in the context's scratch: it outlives a transfer
-    pagemap& pages_;              // also the context's
+    const clock::duration spin_;      // context_options::spin
+    spin_backoff& backoff_;           // in the context's scratch: it outlives a transfer
+    request_cursor<Backend> cursor_;  // the next request to hand out
 };
 
 }  // namespace detail

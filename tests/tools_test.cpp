@@ -124,6 +124,28 @@ ran run_tune(const nvmeio_test::temp_path& target, const std::string& args, cons
                tag);
 }
 
+// What a sweep of one more axis wrote: runs.csv's rows (header first), summary.json and its
+// standard output.
+struct axis_sweep {
+    std::vector<std::vector<std::string>> rows;
+    json summary;
+    std::string out;
+};
+
+// Sweeps 1 MiB of 64 KiB reads at depth 2 on one thread, `axes` added, and requires `runs` runs.
+axis_sweep sweep_axes(const std::string& name, const std::string& axes, std::size_t runs) {
+    nvmeio_test::temp_path path(name);
+    const std::string dir = out_dir(name + "-out");
+    const ran r = run_tune(
+        path, "-s 1M -b 64K -q 2 -p 1 --ops read --overlap on --single-submit off --warm " + axes,
+        dir, name);
+    BOOST_TEST_REQUIRE(r.status == 0, r.err);
+    axis_sweep sweep{read_csv(dir + "/runs.csv"), json::parse(read_text(dir + "/summary.json")),
+                     r.out};
+    BOOST_TEST_REQUIRE(sweep.rows.size() == 1u + runs);
+    return sweep;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------ shared helpers
@@ -202,19 +224,11 @@ BOOST_AUTO_TEST_CASE(bench_reports_every_pass_of_the_configuration_as_json) {
 
 // --spins is one more axis: every value runs at every point, and each run and point says which.
 BOOST_AUTO_TEST_CASE(tune_sweeps_spin_values_as_an_axis) {
-    nvmeio_test::temp_path path("tune-spin");
-    const std::string dir = out_dir("tune-spin-out");
-    const ran r = run_tune(path,
-                           "-s 1M -b 64K -q 2 -p 1 --ops read --overlap on --single-submit off "
-                           "--spins 0,50 -r 2 --warm",
-                           dir, "tune-spin");
-    BOOST_TEST_REQUIRE(r.status == 0, r.err);
-    const auto rows = read_csv(dir + "/runs.csv");
-    BOOST_TEST_REQUIRE(rows.size() == 1u + 4u);  // 2 spin values x 2 repeats
-    const std::vector<std::string> spins = sorted_cells(rows, {"spin_us"});
+    const axis_sweep sweep = sweep_axes("tune-spin", "--spins 0,50 -r 2", 4);  // 2 values x 2
+    const std::vector<std::string> spins = sorted_cells(sweep.rows, {"spin_us"});
     BOOST_TEST(spins == (std::vector<std::string>{"0", "0", "50", "50"}),
                boost::test_tools::per_element());
-    const json doc = json::parse(read_text(dir + "/summary.json"));
+    const json& doc = sweep.summary;
     BOOST_TEST(doc["parameters"]["spins_us"] == json::array({0, 50}));
     BOOST_TEST_REQUIRE(doc["points"].size() == 2u);
     std::vector<long long> point_spins;
@@ -325,20 +339,13 @@ BOOST_AUTO_TEST_CASE(tune_sweeps_pin_once_and_single_issuer_as_axes) {
         BOOST_WARN_MESSAGE(false, "io_uring axes NOT TESTED: " << why.message());
         return;
     }
-    nvmeio_test::temp_path path("tune-ring-axes");
-    const std::string dir = out_dir("tune-ring-axes-out");
-    const ran r = run_tune(path,
-                           "-s 1M -b 64K -q 2 -p 1 --ops read --overlap on --single-submit off "
-                           "--backend io_uring --pin-once both --single-issuer both -r 1 --warm",
-                           dir, "tune-ring-axes");
-    BOOST_TEST_REQUIRE(r.status == 0, r.err);
-    const auto rows = read_csv(dir + "/runs.csv");
-    BOOST_TEST_REQUIRE(rows.size() == 1u + 4u);
-    const std::vector<std::string> seen = sorted_cells(rows, {"pin_once", "single_issuer"});
+    const axis_sweep sweep = sweep_axes(
+        "tune-ring-axes", "--backend io_uring --pin-once both --single-issuer both -r 1", 4);
+    const std::vector<std::string> seen = sorted_cells(sweep.rows, {"pin_once", "single_issuer"});
     BOOST_TEST(
         seen == (std::vector<std::string>{"false/false", "false/true", "true/false", "true/true"}),
         boost::test_tools::per_element());
-    const json doc = json::parse(read_text(dir + "/summary.json"));
+    const json& doc = sweep.summary;
     BOOST_TEST(doc["parameters"]["pin_once"] == "both");
     BOOST_TEST(doc["parameters"]["single_issuer"] == "both");
     BOOST_TEST_REQUIRE(doc["points"].size() == 4u);
@@ -350,7 +357,7 @@ BOOST_AUTO_TEST_CASE(tune_sweeps_pin_once_and_single_issuer_as_axes) {
     std::sort(points.begin(), points.end());
     BOOST_TEST(points == seen, boost::test_tools::per_element());
     BOOST_TEST(doc["best"]["read"].contains("pin_once"));
-    BOOST_TEST(r.out.find("unpinned shared-ring") != std::string::npos, r.out);
+    BOOST_TEST(sweep.out.find("unpinned shared-ring") != std::string::npos, sweep.out);
 #endif
 }
 

@@ -53,11 +53,6 @@ class request_cursor {
     // What a block that does not stay whole is cut to (the block size when blocks are not cut).
     [[nodiscard]] std::size_t request_size() const noexcept { return request_size_; }
 
-    // Bytes of segment `i` that go through the backend, up to where a read met the end of file.
-    [[nodiscard]] std::size_t limit(std::size_t i) const {
-        return std::min(state_[i].body, state_[i].end_of_data);
-    }
-
     // Moves past segments with nothing left to hand out; true when none is left.
     bool exhausted() {
         while (next_segment_ < count_ &&
@@ -89,6 +84,11 @@ class request_cursor {
     void advance(std::size_t length) noexcept { next_position_ += length; }
 
   private:
+    // Bytes of segment `i` that go through the backend, up to where a read met the end of file.
+    [[nodiscard]] std::size_t limit(std::size_t i) const {
+        return std::min(state_[i].body, state_[i].end_of_data);
+    }
+
     // The request size of the block at the next position: request_size_ unless its memory stays
     // whole (request_plan.hpp); whether huge pages back the segment is asked at its first block.
     std::size_t block_request() {

@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
-# The cells of the grid below fio at its best's rate, again with 7 repeats instead of 3: 8 MiB at
-# every depth, 1 MiB at depth 16 and 64, 4 KiB at depth 4 (1 GiB a run, the others 4 GiB), as
-# ../run.sh runs them. Then ../summarize.py writes table.txt.
+# The cells of the grid below fio at its best's rate, again with 7 repeats instead of 3 (../sweep.sh
+# says how): 8 MiB at every depth, 1 MiB at depth 16 and 64, 4 KiB at depth 4 (1 GiB a run, the
+# others 4 GiB). Then ../summarize.py writes table.txt.
 # $1: the device (scripts/ram_device.sh --size 4G, filled with random bytes); NVMEIO_TUNE: the
 # tool (default: nvmeio-tune on PATH).
 set -euo pipefail
 device=${1:-/dev/loop0}
-tune=${NVMEIO_TUNE:-nvmeio-tune}
-common=(-f "$device" --allow-device-write --backend io_uring --ring --vs-fio --overlap on
-        --single-submit off -p 1 -r 7 --ops read,write)
+sweep=$(dirname "$0")/../sweep.sh
 date -u
-"$tune" "${common[@]}" -s 4G -b 8M -q 1,4,16,64,128 -o eight
-"$tune" "${common[@]}" -s 4G -b 1M -q 16,64 -o one
-"$tune" "${common[@]}" -s 1G -b 4K -q 4 -o four
+"$sweep" "$device" 7 eight -s 4G -b 8M -q 1,4,16,64,128
+"$sweep" "$device" 7 one -s 4G -b 1M -q 16,64
+"$sweep" "$device" 7 four -s 1G -b 4K -q 4
 date -u
 cp eight/runs.csv eight.csv && cp one/runs.csv one.csv && cp four/runs.csv four.csv
 python3 "$(dirname "$0")/../summarize.py" eight.csv one.csv four.csv > table.txt

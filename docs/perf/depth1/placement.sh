@@ -37,7 +37,7 @@ run() {  # N|B
     N) perf sched record -q -o "$out" -- "$bench" -f "$device" -s $size -b 64K -q 1 --op read \
          --backend io_uring --ring --allow-device-write -n 1 -w 0 --json > "$work/out" 2> /dev/null
        rate=$(python3 -c 'import json,sys; print("%.2f" % json.load(open(sys.argv[1]))["gb_per_s"]["median"])' "$work/out")
-       comm=nvmeio ;;
+       comm=$(basename "$bench" | cut -c1-15) ;;  # the kernel keeps 15 characters of a name
     B) perf sched record -q -o "$out" -- fio --name=depth1 --filename="$device" --iodepth=1 \
          --direct=1 --ioengine=io_uring --thread --invalidate=0 --rw=read --bs=64K --size=$size \
          --fixedbufs --registerfiles --output-format=json > "$work/out" 2> /dev/null

@@ -20,6 +20,7 @@
 #include <nvmeio/aio_context.hpp>
 #include <nvmeio/backend/io_uring.hpp>
 #include <nvmeio/batch.hpp>
+#include <nvmeio/detail/request_cursor.hpp>
 #include <nvmeio/detail/request_plan.hpp>
 #include <nvmeio/file.hpp>
 #include <nvmeio/parallel.hpp>
@@ -360,6 +361,41 @@ BOOST_AUTO_TEST_CASE(a_cut_block_keeps_its_bytes_in_flight_within_the_ring_and_t
     // A block size near SIZE_MAX: as many pieces as the completion ring holds, no overflow.
     const std::size_t largest = std::numeric_limits<std::size_t>::max() / 4096 * 4096;
     check(plan_requests(loop, true, 4096, largest, 4, 64), 512 * k, 64);
+}
+
+// Whether a block stays whole is asked once per block, however often the engine comes back to
+// it while whole blocks fill its queue: the question takes the backend's lock, and at a
+// segment's first block a PAGEMAP_SCAN.
+BOOST_AUTO_TEST_CASE(the_cursor_asks_once_per_block_whether_it_stays_whole) {
+    struct counting_backend {
+        mutable int asks = 0;
+        bool registers(const void*, std::size_t) const noexcept {
+            ++asks;
+            return true;
+        }
+    } backend;
+    const std::size_t k = 1024, m = 1024 * 1024;
+    nvmeio_test::temp_path path("cursor-asks");
+    file f(path.str(), open_mode::write);
+    std::vector<std::byte> memory(4 * m);
+    detail::segment s;
+    s.memory = memory.data();
+    s.length = memory.size();
+    const std::vector<detail::engine_scratch::segment_state> state{{4 * m, 4 * m}};
+    detail::pagemap pages;
+    detail::request_cursor<counting_backend> cursor(backend, pages, f, &s, 1, state, 2 * m);
+    cursor.follow({512 * k, 16, 512 * k + 1});  // blocks cut to 512 KiB unless registered
+    for (const int nth : {1, 2}) {
+        for (int again = 0; again < 3; ++again) {  // whole blocks hold the queue: not handed out
+            BOOST_TEST_REQUIRE(!cursor.exhausted());
+            const auto next = cursor.next();
+            BOOST_TEST(next.length == 2 * m);  // registered: whole
+            BOOST_TEST(next.position == (nth - 1) * 2 * m);
+        }
+        BOOST_TEST(backend.asks == nth);
+        cursor.advance(2 * m);
+    }
+    BOOST_TEST(cursor.exhausted());
 }
 
 // Huge pages are asked of the kernel (PAGEMAP_SCAN, Linux 6.7): a buffer of transparent huge

@@ -59,6 +59,7 @@ class request_cursor {
                (segments_[next_segment_].failure || next_position_ >= limit(next_segment_))) {
             ++next_segment_;
             next_position_ = 0;
+            asked_ = false;
         }
         return next_segment_ >= count_;
     }
@@ -66,10 +67,13 @@ class request_cursor {
     // The first segment not wholly handed out (after exhausted()).
     [[nodiscard]] std::size_t segment_index() const noexcept { return next_segment_; }
 
-    // The next request (call after exhausted() answered false); advance() hands it out.
+    // The next request (call after exhausted() answered false); advance() hands it out. Asked
+    // again before that, it is the same request: the block's question is not asked twice.
     request_range next() {
-        if (request_size_ < block_size_ && next_position_ % block_size_ == 0)
+        if (request_size_ < block_size_ && next_position_ % block_size_ == 0 && !asked_) {
             block_request_ = block_request();
+            asked_ = true;
+        }
         const std::size_t left = limit(next_segment_) - next_position_;
         std::size_t length = std::min(block_request_, left);
         if (file_.is_uncached() && length < left) {
@@ -81,7 +85,10 @@ class request_cursor {
         return {next_segment_, next_position_, length};
     }
 
-    void advance(std::size_t length) noexcept { next_position_ += length; }
+    void advance(std::size_t length) noexcept {
+        next_position_ += length;
+        asked_ = false;
+    }
 
   private:
     // Bytes of segment `i` that go through the backend, up to where a read met the end of file.
@@ -114,6 +121,7 @@ class request_cursor {
     std::size_t block_request_;  // request_size_, or block_size_ for a block that stays whole
     std::size_t registered_whole_from_ = 0;  // request_plan::registered_whole_from
     bool huge_ = false;                      // huge pages back the segment being handed out
+    bool asked_ = false;  // block_request_ answers for the block at the next position
     std::size_t next_segment_ = 0;
     std::size_t next_position_ = 0;
 };

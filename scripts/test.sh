@@ -14,7 +14,7 @@
 #    time, and they are built and run once above.)
 # ctest runs two tests at a time (NVMEIO_TEST_JOBS): most of them wait on the disk. Each stage
 # prints its wall time and the CPU time (user+sys) of its build and test run.
-# Optimisation levels keep the suite near ten minutes on two cores: compiling the tests at -O3
+# Optimisation levels keep the suite near 13 minutes on two cores: compiling the tests at -O3
 # costs about three times -O0, and -O3 code is what the g++ build runs.
 # Test files go to each build tree, which must be on a filesystem that accepts O_DIRECT.
 set -euo pipefail

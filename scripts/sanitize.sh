@@ -19,7 +19,14 @@ stages=("$@")
 # -O1 -g, and the tests spend their time waiting for the disk, not computing.
 configure_and_build() {  # dir compiler flags standard [targets]
     local dir="$1" compiler="${CXX:-$2}" flags="$3" standard="$4" targets="${5:-nvmeio_tests}"
-    CXX="$compiler" cmake -S "$source_dir" -B "$dir" -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_STANDARD="$standard" \
+    # A tree configured before with another compiler keeps it whatever CXX says: start it afresh.
+    local cached
+    cached="$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$dir/CMakeCache.txt" 2>/dev/null || true)"
+    if [[ -n "$cached" && "$(readlink -f "$cached")" != "$(readlink -f "$(command -v "$compiler")")" ]]; then
+        rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
+    fi
+    CXX="$compiler" cmake -S "$source_dir" -B "$dir" -DCMAKE_BUILD_TYPE=None \
+        -DCMAKE_CXX_STANDARD="$standard" \
         -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF -DNVMEIO_BUILD_PYTHON=OFF \
         -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
     # nvmeio_tests: every test program, without the header checks the normal build does.

@@ -363,39 +363,63 @@ BOOST_AUTO_TEST_CASE(a_cut_block_keeps_its_bytes_in_flight_within_the_ring_and_t
     check(plan_requests(loop, true, 4096, largest, 4, 64), 512 * k, 64);
 }
 
-// Whether a block stays whole is asked once per block, however often the engine comes back to
-// it while whole blocks fill its queue: the question takes the backend's lock, and at a
-// segment's first block a PAGEMAP_SCAN.
-BOOST_AUTO_TEST_CASE(the_cursor_asks_once_per_block_whether_it_stays_whole) {
+// A cursor over one 4 MiB segment of 2 MiB blocks, cut to 512 KiB unless registered, whose
+// backend registers everything and counts how often it is asked.
+struct counting_cursor {
     struct counting_backend {
         mutable int asks = 0;
         bool registers(const void*, std::size_t) const noexcept {
             ++asks;
             return true;
         }
-    } backend;
-    const std::size_t k = 1024, m = 1024 * 1024;
-    nvmeio_test::temp_path path("cursor-asks");
-    file f(path.str(), open_mode::write);
-    std::vector<std::byte> memory(4 * m);
-    detail::segment s;
-    s.memory = memory.data();
-    s.length = memory.size();
+    };
+    static constexpr std::size_t k = 1024, m = 1024 * 1024;
+    static constexpr detail::request_plan plan{512 * k, 16, 512 * k + 1};
+
+    counting_backend backend;
+    nvmeio_test::temp_path path{"cursor-asks"};
+    file f{path.str(), open_mode::write};
+    std::vector<std::byte> memory = std::vector<std::byte>(4 * m);
+    detail::segment s = [this] {
+        detail::segment one;
+        one.memory = memory.data();
+        one.length = memory.size();
+        return one;
+    }();
     const std::vector<detail::engine_scratch::segment_state> state{{4 * m, 4 * m}};
     detail::pagemap pages;
-    detail::request_cursor<counting_backend> cursor(backend, pages, f, &s, 1, state, 2 * m);
-    cursor.follow({512 * k, 16, 512 * k + 1});  // blocks cut to 512 KiB unless registered
+    detail::request_cursor<counting_backend> cursor{backend, pages, f, &s, 1, state, 2 * m};
+
+    counting_cursor() { cursor.follow(plan); }
+};
+
+// Whether a block stays whole is asked once per block, however often the engine comes back to
+// it while whole blocks fill its queue: the question takes the backend's lock, and at a
+// segment's first block a PAGEMAP_SCAN.
+BOOST_AUTO_TEST_CASE(the_cursor_asks_once_per_block_whether_it_stays_whole) {
+    counting_cursor c;
+    const std::size_t m = counting_cursor::m;
     for (const int nth : {1, 2}) {
         for (int again = 0; again < 3; ++again) {  // whole blocks hold the queue: not handed out
-            BOOST_TEST_REQUIRE(!cursor.exhausted());
-            const auto next = cursor.next();
+            BOOST_TEST_REQUIRE(!c.cursor.exhausted());
+            const auto next = c.cursor.next();
             BOOST_TEST(next.length == 2 * m);  // registered: whole
             BOOST_TEST(next.position == (nth - 1) * 2 * m);
         }
-        BOOST_TEST(backend.asks == nth);
-        cursor.advance(2 * m);
+        BOOST_TEST(c.backend.asks == nth);
+        c.cursor.advance(2 * m);
     }
-    BOOST_TEST(cursor.exhausted());
+    BOOST_TEST(c.cursor.exhausted());
+}
+
+// A new plan makes the block at the next position a new question: its answer was the old plan's.
+BOOST_AUTO_TEST_CASE(a_new_plan_asks_the_waiting_block_again) {
+    counting_cursor c;
+    BOOST_TEST_REQUIRE(!c.cursor.exhausted());
+    BOOST_TEST(c.cursor.next().length == 2 * counting_cursor::m);
+    c.cursor.follow(counting_cursor::plan);
+    BOOST_TEST(c.cursor.next().length == 2 * counting_cursor::m);  // not the plan's 512 KiB
+    BOOST_TEST(c.backend.asks == 2);
 }
 
 // Huge pages are asked of the kernel (PAGEMAP_SCAN, Linux 6.7): a buffer of transparent huge

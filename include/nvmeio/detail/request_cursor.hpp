@@ -2,7 +2,7 @@
 /// \file detail/request_cursor.hpp
 /// Where the engine's next request starts and how long it is: the segment and the position in it
 /// not handed out yet, walked block by block. A block goes out in requests of the plan's size
-/// (request_plan.hpp) unless its memory stays whole, asked anew at every block; on an uncached
+/// (request_plan.hpp) unless its memory stays whole, asked once for every block; on an uncached
 /// file a request ends on a page boundary of the file.
 
 #include <algorithm>
@@ -48,6 +48,7 @@ class request_cursor {
     void follow(const request_plan& plan) {
         request_size_ = block_request_ = plan.request_size;
         registered_whole_from_ = plan.registered_whole_from;
+        asked_ = false;  // the block at the next position is asked again, under the new plan
     }
 
     // What a block that does not stay whole is cut to (the block size when blocks are not cut).

@@ -1,0 +1,209 @@
+"""Sharded models: load_files and stream (its memory cap, its reads in flight), and the peak
+memory of a load, in fresh processes."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+import torch
+
+import spec_safetensors as spec
+
+st = pytest.importorskip("nvmeio_torch.safetensors")
+
+
+def make_model(directory, shards=3, layers=4, width=64, seed=0):
+    """A sharded model written by the independent writer, with its index; returns the tensors."""
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for layer in range(layers * shards):
+        tensors[f"layer.{layer}.w"] = torch.randn(width, width, generator=g).bfloat16()
+        tensors[f"layer.{layer}.b"] = torch.randn(width, generator=g)
+        tensors[f"layer.{layer}.n"] = torch.randint(0, 9, (3,), generator=g)
+    weight_map = {}
+    names = sorted(tensors, key=lambda n: int(n.split(".")[1]))
+    per = len(names) // shards
+    for k in range(shards):
+        shard = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[k * per:(k + 1) * per]}
+        spec.write(os.path.join(directory, shard), spec.build(part))
+        weight_map.update({n: shard for n in part})
+    index = os.path.join(directory, "model.safetensors.index.json")
+    with open(index, "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
+    return tensors, index
+
+
+def check_all(loaded, expected):
+    assert sorted(loaded) == sorted(expected)
+    for name in expected:
+        assert spec.same(loaded[name], expected[name]), name
+
+
+def test_load_files_loads_every_shard_of_an_index(workdir):
+    tensors, index = make_model(workdir)
+    check_all(st.load_files(index), tensors)
+    shards = sorted(os.path.join(workdir, f) for f in os.listdir(workdir) if f.endswith("safetensors"))
+    check_all(st.load_files(shards), tensors)
+
+
+def test_a_missing_shard_raises_file_not_found_naming_it_and_the_index(workdir):
+    _, index = make_model(workdir)
+    shard = os.path.join(workdir, "model-00002-of-00003.safetensors")
+    os.remove(shard)
+    for load in (st.load_files, lambda i: st.stream(i)):
+        with pytest.raises(FileNotFoundError, match="index.json") as raised:
+            load(index)
+        assert raised.value.filename == shard
+
+
+def test_index_and_shards_that_disagree_raise_naming_the_tensor(workdir):
+    tensors, index = make_model(workdir)
+    with open(index) as f:
+        weight_map = json.load(f)["weight_map"]
+    moved = dict(weight_map, **{"layer.0.w": "model-00002-of-00003.safetensors"})
+    with open(index, "w") as f:
+        json.dump({"weight_map": moved}, f)
+    with pytest.raises(ValueError, match="'layer.0.w'"):
+        st.load_files(index)
+    extra = dict(weight_map, **{"ghost": "model-00001-of-00003.safetensors"})
+    with open(index, "w") as f:
+        json.dump({"weight_map": extra}, f)
+    with pytest.raises(ValueError, match="'ghost'.*not there"):
+        st.load_files(index)
+    with open(index, "w") as f:
+        json.dump({"weight_map": dict(weight_map, x="../elsewhere.safetensors")}, f)
+    with pytest.raises(ValueError, match="beside the index"):
+        st.load_files(index)
+    with open(index, "w") as f:
+        f.write('{"weight_map": {"a": "x", "a": "y"}}')
+    with pytest.raises(ValueError, match="twice"):
+        st.load_files(index)
+
+
+def test_a_tensor_in_two_files_raises_naming_both(workdir):
+    one, two = os.path.join(workdir, "1.safetensors"), os.path.join(workdir, "2.safetensors")
+    spec.write(one, spec.build({"a": torch.ones(2), "b": torch.ones(1)}))
+    spec.write(two, spec.build({"b": torch.ones(3)}))
+    with pytest.raises(ValueError, match="2.safetensors: tensor 'b': .*1.safetensors"):
+        st.load_files([one, two])
+
+
+def test_stream_yields_every_tensor_exactly_in_file_order(workdir):
+    tensors, index = make_model(workdir, width=96)
+    seen = {}
+    for name, tensor in st.stream(index, max_bytes=48 << 10):
+        seen[name] = tensor.clone()
+    check_all(seen, tensors)
+    expected_order = []
+    for shard in sorted(f for f in os.listdir(workdir) if f.endswith(".safetensors")):
+        with st.safe_open(os.path.join(workdir, shard)) as f:
+            expected_order += f.offset_keys()
+    assert list(seen) == expected_order
+
+
+def test_stream_holds_its_cap_and_reads_ahead_while_the_caller_consumes(workdir):
+    tensors, index = make_model(workdir, width=96)  # 18 KiB per weight
+    cap = 64 << 10
+    events = []
+    in_flight_while_consuming = set()
+    chunks = set()
+    for name, tensor in st.stream(index, max_bytes=cap, observe=events.append):
+        assert spec.same(tensor, tensors[name]), name
+        chunk = events[-1]["chunk"]
+        chunks.add(chunk)
+        # Chunks submitted and not yet waited for, while the caller holds this tensor.
+        last_wait = max((i for i, e in enumerate(events) if e["event"] == "wait"), default=-1)
+        if any(e["event"] == "submit" and e["chunk"] > chunk for e in events[last_wait + 1:]):
+            in_flight_while_consuming.add(chunk)
+        del tensor
+    assert all(e["resident"] <= cap for e in events)
+    assert max(e["resident"] for e in events) > cap // 2
+    # Every chunk but the last is consumed with a later chunk's read in flight.
+    assert len(chunks) > 5
+    assert in_flight_while_consuming >= chunks - {max(chunks)}
+    assert events[-1]["event"] == "release" and events[-1]["resident"] == 0
+
+
+def test_stream_refuses_a_tensor_wider_than_the_cap_before_reading(workdir):
+    path = os.path.join(workdir, "m.safetensors")
+    spec.write(path, spec.build({"small": torch.ones(10), "big": torch.ones(5000)}))
+    with pytest.raises(ValueError, match="'big'.*max_bytes=8192"):
+        st.stream(path, max_bytes=8192)
+    with pytest.raises(ValueError, match="max_bytes"):
+        st.stream(path, max_bytes=100)
+
+
+def test_stream_stopped_early_leaves_no_read_behind(workdir):
+    tensors, index = make_model(workdir)
+    it = st.stream(index, max_bytes=32 << 10)
+    name, tensor = next(it)
+    assert spec.same(tensor, tensors[name])
+    it.close()
+    check_all(st.load_files(index), tensors)
+
+
+PEAK = textwrap.dedent("""
+    import os, sys, torch
+    import nvmeio_torch.safetensors as st
+
+    def rss(field):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+
+    handle = st.make_handle()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets the peak to the present resident size
+    before = rss("VmRSS:")
+    mode, path, cap = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    total = 0
+    if mode == "load":
+        tensors = st.load_file(path, handle=handle)
+        total = sum(t.numel() * t.element_size() for t in tensors.values())
+    else:
+        for name, tensor in st.stream(path, max_bytes=cap, handle=handle):
+            total += tensor.numel() * tensor.element_size()
+            del tensor
+    print(rss("VmHWM:") - before, total)
+""")
+
+
+def peak(mode, path, cap=0):
+    out = subprocess.run([sys.executable, "-c", PEAK, mode, path, str(cap)], check=True,
+                         capture_output=True, text=True, env=os.environ).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+@pytest.fixture(scope="module")
+def big_file():
+    """192 MiB of tensors, on the test folder's filesystem (O_DIRECT-capable, as workdir's)."""
+    base = os.environ.get("NVMEIO_TORCH_TEST_DIR") or tempfile.gettempdir()
+    os.makedirs(base, exist_ok=True)
+    directory = tempfile.mkdtemp(prefix="nvmeio_torch_", dir=base)
+    path = os.path.join(directory, "big.safetensors")
+    tensors = {f"t{i:02d}": torch.full((3 << 20,), i, dtype=torch.int16) for i in range(32)}
+    tensors["odd"] = torch.ones(1001, dtype=torch.uint8)
+    st.save_file(tensors, path, durable=False)
+    del tensors
+    yield path
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_peak_memory_of_a_load_is_within_a_tenth_of_the_bytes_loaded(big_file):
+    grown, total = peak("load", big_file)
+    assert total > 190 << 20
+    assert grown <= 1.1 * total, (grown, total)
+
+
+def test_peak_memory_of_a_stream_stays_under_its_cap(big_file):
+    cap = 32 << 20
+    grown, total = peak("stream", big_file, cap)
+    assert total > 190 << 20
+    assert grown <= cap + (4 << 20), (grown, cap)

@@ -101,10 +101,38 @@ CLEAN = {"a": torch.arange(12, dtype=torch.float32).reshape(3, 4),
          "d": torch.arange(6, dtype=torch.int16), "e": torch.empty(0, 2)}
 
 
+def mutate_header(content, rng):
+    """A change to the header's meaning, written back as valid JSON: offsets shifted, a dtype or
+    shape changed, an entry dropped, or the data made longer or shorter to match."""
+    n = struct.unpack("<Q", content[:8])[0]
+    header = json.loads(content[8:8 + n])
+    data = content[8 + n:]
+    name = rng.choice([k for k in header if k != "__metadata__"])
+    kind = rng.randrange(5)
+    if kind == 0:
+        shift = rng.choice([-8, -4, -1, 1, 2, 4, 8])
+        header[name]["data_offsets"] = [max(0, x + shift) for x in header[name]["data_offsets"]]
+    elif kind == 1:
+        header[name]["dtype"] = rng.choice(["F32", "I32", "F16", "BF16", "I64", "U8", "BOOL", "F64"])
+    elif kind == 2:
+        header[name]["shape"] = list(reversed(header[name]["shape"])) + rng.choice([[], [1], [2]])
+    elif kind == 3:
+        del header[name]
+    else:  # the last tensor moved on by a few bytes, the data grown to match: a gap
+        last = max((k for k in header if k != "__metadata__"),
+                   key=lambda k: header[k]["data_offsets"][1])
+        shift = rng.randrange(1, 9)
+        header[last]["data_offsets"] = [x + shift for x in header[last]["data_offsets"]]
+        data += bytes(shift)
+    return spec.from_header(header, data)
+
+
 def corrupt(content, rng):
+    kind = rng.randrange(9)
+    if kind >= 7:
+        return mutate_header(content, rng)
     content = bytearray(content)
     n = struct.unpack("<Q", content[:8])[0]
-    kind = rng.randrange(7)
     if kind == 0:  # a byte of the header changed
         content[8 + rng.randrange(n)] = rng.randrange(256)
     elif kind == 1:  # a digit of the header changed
@@ -129,7 +157,7 @@ def test_random_corruptions_raise_or_load_what_an_independent_reader_reads(workd
     path = os.path.join(workdir, "fuzz.safetensors")
     handle = st.make_handle()
     outcomes = {"raised": 0, "loaded": 0}
-    for _ in range(400):
+    for _ in range(500):
         spec.write(path, corrupt(clean, rng))
         try:
             expected, _ = spec.read(path)

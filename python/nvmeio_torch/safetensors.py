@@ -22,10 +22,11 @@ contiguous instead of refusing them; tensors that share memory are refused with 
 ``ValueError`` (the package raises ``RuntimeError``).
 """
 
+import ctypes
 import json
 import os
 import struct
-import sys
+import weakref
 from collections import OrderedDict
 
 import torch
@@ -614,13 +615,18 @@ class _Chunk:
         return 0 if self.start is None else _align_up(self.stop - self.start)
 
 
+def _chunk_target(max_bytes):
+    """stream's usual chunk (and arena) size: a third of the cap, in whole 4 KiB pages."""
+    return max(_align_down(max_bytes // 3), _ALIGN)
+
+
 def _plan_chunks(headers, max_bytes):
     """Tensors in file order, grouped into chunks of at most a third of ``max_bytes``, so that
     the chunk being consumed and the next ones in flight fit the cap together."""
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < _ALIGN:
         raise ValueError(f"stream: max_bytes must be an int of at least {_ALIGN}, got "
                          f"{max_bytes!r}")
-    target = max(max_bytes // 3, _ALIGN)
+    target = _chunk_target(max_bytes)
     chunks = []
     for header in headers:
         current = None
@@ -658,51 +664,133 @@ def stream(index_or_paths, max_bytes=256 << 20, device="cpu", *, handle=None, ob
     room: it is then read when its turn comes). A tensor wider than ``max_bytes`` raises
     ``SafetensorError`` naming it, here, before any read.
 
-    Each yielded tensor views its chunk's arena, which is never reused: a caller may keep any
-    tensor, and it stays valid, but it keeps its whole chunk alive, outside the cap. A caller
-    that keeps at most the last tensor yielded (a ``for`` loop's variable) stays within
-    ``max_bytes``: the chunk it pins, the chunk being consumed and the one in flight.
+    Each yielded tensor views its chunk's arena. Arenas are reused, but only once no tensor of
+    their chunk is left anywhere (views and slices included), so a caller may keep any tensor
+    and it stays valid; a kept tensor keeps its chunk's arena out of the stream's use, outside
+    the cap. A caller that keeps at most the last tensor yielded (a ``for`` loop's variable)
+    stays within ``max_bytes``: the chunk it pins, the chunk being consumed and the one in flight.
 
     ``observe``, if given, is called with a dict per event (``"submit"``, ``"wait"``,
-    ``"release"``, ``"yield"``; with ``chunk``, ``bytes`` or ``name``, and ``resident``, the
-    bytes of the chunks held) for tests and monitoring.
+    ``"release"``, ``"yield"``, ``"close"``; with ``chunk``, ``bytes`` (and ``fresh``, whether
+    the arena is newly allocated) or ``name``, and
+    ``resident``, the bytes of the arenas the stream owns) for tests and monitoring.
     """
     headers = _gather(index_or_paths)
     chunks = _plan_chunks(headers, max_bytes)
     return _stream(chunks, max_bytes, _device(device), handle, observe)
 
 
+class _Arena:
+    """One of stream's arenas: ``lent`` once the stream has moved past its chunk while the
+    caller still holds some of its tensors; ``free`` once no tensor views it."""
+
+    __slots__ = ("tensor", "nbytes", "lent", "free", "reused")
+
+    def __init__(self, nbytes):
+        self.tensor = _C.aligned_tensor(nbytes)
+        self.nbytes, self.lent, self.free, self.reused = nbytes, False, True, False
+
+
+class _ArenaPool:
+    """stream's arenas, reused once every tensor of the chunk read into one is gone (so that a
+    stream touches fresh memory only for its first few chunks). The bytes it owns (arenas in
+    flight, being consumed, or idle) stay within ``cap``; an arena the caller still holds after
+    the stream moved on is the caller's until its last tensor goes, and is then taken back
+    only if it fits."""
+
+    def __init__(self, cap, size):
+        self.cap, self.size = cap, size
+        self.idle = []
+        self.owned = 0
+        self.open = True
+
+    def take(self, nbytes):
+        """An arena of at least ``nbytes`` bytes, or None when the cap leaves no room."""
+        fits = [arena for arena in self.idle if arena.nbytes >= nbytes]
+        if fits:
+            arena = min(fits, key=lambda a: a.nbytes)
+            self.idle.remove(arena)
+            arena.free = False
+            arena.reused = True
+            return arena
+        size = max(nbytes, self.size)
+        while self.idle and self.owned + size > self.cap:
+            self.owned -= self.idle.pop().nbytes
+        if self.owned + size > self.cap:
+            return None
+        arena = _Arena(size)
+        arena.free = False
+        self.owned += size
+        return arena
+
+    def tensor_over(self, arena, nbytes):
+        """A uint8 tensor over the arena's first ``nbytes`` whose storage is its own: when it
+        and every view of it are gone, the arena is known free (the buffer object it is built
+        on is finalised; that finaliser's reference keeps the memory valid until then)."""
+        buffer = (ctypes.c_uint8 * nbytes).from_address(arena.tensor.data_ptr())
+        weakref.finalize(buffer, self._views_gone, arena)
+        return torch.frombuffer(buffer, dtype=torch.uint8)
+
+    def release(self, arena):
+        """The stream has moved past the arena's chunk."""
+        if arena.free:
+            self.idle.append(arena)
+        else:
+            arena.lent = True
+            self.owned -= arena.nbytes
+
+    def _views_gone(self, arena):
+        arena.free = True
+        if arena.lent:
+            arena.lent = False
+            if self.open and self.owned + arena.nbytes <= self.cap:
+                self.idle.append(arena)
+                self.owned += arena.nbytes
+
+    def close(self):
+        self.open = False
+        self.idle.clear()
+        self.owned = 0
+
+
 def _stream(chunks, max_bytes, device, handle, observe):
     handle = handle if handle is not None else make_handle()
-    held = []  # [chunk index, arena, done] of chunks read or in flight, not yet released
-    resident = 0
+    pool = _ArenaPool(max_bytes, _chunk_target(max_bytes))
+    held = []  # [chunk index, arena or None, read done] of chunks read or in flight
     submitted = 0
     in_flight = False
 
     def note(event, **info):
         if observe is not None:
-            observe(dict(event=event, resident=resident, **info))
+            observe(dict(event=event, resident=pool.owned, **info))
 
     def submit(i):
-        nonlocal resident, in_flight
+        """Starts chunk i's read; False when the cap leaves no room for its arena now."""
+        nonlocal in_flight
         chunk = chunks[i]
         arena = None
         if chunk.start is not None:
-            arena = _C.aligned_tensor(chunk.stop - chunk.start)
-            handle.async_pread_batch([arena], chunk.header.path, [chunk.start])
+            arena = pool.take(chunk.stop - chunk.start)
+            if arena is None:
+                return False
+            handle.async_pread_batch([arena.tensor[:chunk.stop - chunk.start]],
+                                     chunk.header.path, [chunk.start])
             in_flight = True
         held.append([i, arena, arena is None])
-        resident += chunk.nbytes
-        note("submit", chunk=i, bytes=chunk.nbytes)
+        note("submit", chunk=i, bytes=0 if arena is None else arena.nbytes,
+             fresh=arena is not None and not arena.reused)
+        return True
 
     try:
         for i, chunk in enumerate(chunks):
             while held and held[0][0] < i:
-                released = held.pop(0)[0]
-                resident -= chunks[released].nbytes
-                note("release", chunk=released, bytes=chunks[released].nbytes)
+                released, arena, _ = held.pop(0)
+                if arena is not None:
+                    pool.release(arena)
+                note("release", chunk=released)
             if submitted == i:
-                submit(i)
+                if not submit(i):
+                    raise AssertionError("stream: no room for the chunk being read")
                 submitted += 1
             if not held[0][2]:
                 handle.wait()
@@ -711,22 +799,26 @@ def _stream(chunks, max_bytes, device, handle, observe):
                     state[2] = True
                 note("wait", chunk=i)
             # One chunk ahead: the wait for it then waits for nothing else (wait() takes all).
-            if submitted == i + 1 < len(chunks) and resident + chunks[i + 1].nbytes <= max_bytes:
-                submit(i + 1)
+            if submitted == i + 1 < len(chunks) and submit(i + 1):
                 submitted += 1
             arena = held[0][1]
+            data = None if arena is None else pool.tensor_over(arena, chunk.stop - chunk.start)
             for entry in chunk.entries:
-                tensor = _view(chunk.header, entry, arena, chunk.start)
+                tensor = _view(chunk.header, entry, data, chunk.start)
                 if device.type != "cpu":
                     tensor = tensor.to(device)
                 note("yield", chunk=i, name=entry.name)
                 yield entry.name, tensor
             # Drop this frame's references, so a consumed chunk lives only in what the caller kept.
-            arena = tensor = None
+            arena = data = tensor = None
         while held:
-            released = held.pop(0)[0]
-            resident -= chunks[released].nbytes
-            note("release", chunk=released, bytes=chunks[released].nbytes)
+            released, arena, _ = held.pop(0)
+            if arena is not None:
+                pool.release(arena)
+            note("release", chunk=released)
+        arena = None
+        pool.close()
+        note("close")
     except BaseException:
         if in_flight:
             try:
@@ -734,3 +826,5 @@ def _stream(chunks, max_bytes, device, handle, observe):
             except OSError:
                 pass  # a read nobody will use; the error that stopped the stream goes on
         raise
+    finally:
+        pool.close()

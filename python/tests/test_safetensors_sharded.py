@@ -127,7 +127,46 @@ def test_stream_holds_its_cap_and_reads_ahead_while_the_caller_consumes(workdir)
     # Every chunk but the last is consumed with a later chunk's read in flight.
     assert len(chunks) > 5
     assert in_flight_while_consuming >= chunks - {max(chunks)}
-    assert events[-1]["event"] == "release" and events[-1]["resident"] == 0
+    assert events[-1]["event"] == "close" and events[-1]["resident"] == 0
+
+
+def test_stream_reuses_its_arenas_once_the_caller_drops_their_tensors(workdir):
+    tensors, index = make_model(workdir, layers=10, width=64)  # 8 KiB weights, 2-3 per chunk
+    events = []
+    for name, tensor in st.stream(index, max_bytes=64 << 10, observe=events.append):
+        assert spec.same(tensor, tensors[name]), name
+    submits = [e for e in events if e["event"] == "submit" and e["bytes"]]
+    assert len(submits) > 10
+    assert sum(e["fresh"] for e in submits) <= 3
+
+
+def test_stream_tensors_kept_by_the_caller_stay_valid(workdir):
+    tensors, index = make_model(workdir, layers=10, width=64)
+    kept, sliced, events = {}, {}, []
+    for k, (name, tensor) in enumerate(st.stream(index, max_bytes=64 << 10, observe=events.append)):
+        if k % 5 == 0:
+            kept[name] = tensor
+        elif k % 5 == 1:
+            sliced[name] = tensor.view(-1)[1:]  # a view alone keeps the chunk from reuse
+        del tensor
+    assert any(e["event"] == "submit" and e["bytes"] and not e["fresh"] for e in events)
+    for name, tensor in kept.items():
+        assert spec.same(tensor, tensors[name]), name
+    for name, tensor in sliced.items():
+        assert spec.same(tensor, tensors[name].view(-1)[1:]), name
+
+
+def test_stream_reads_tensors_over_half_the_cap_one_at_a_time(workdir):
+    path = os.path.join(workdir, "m.safetensors")
+    tensors = {f"w{i}": torch.randn(10240) for i in range(4)}  # 40 KiB each
+    tensors["small"] = torch.arange(5)
+    spec.write(path, spec.build(tensors))
+    events, seen = [], {}
+    for name, tensor in st.stream(path, max_bytes=64 << 10, observe=events.append):
+        seen[name] = tensor
+        del tensor
+    check_all(seen, tensors)
+    assert all(e["resident"] <= 64 << 10 for e in events)
 
 
 def test_stream_refuses_a_tensor_wider_than_the_cap_before_reading(workdir):

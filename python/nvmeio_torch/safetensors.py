@@ -23,6 +23,7 @@ contiguous instead of refusing them; tensors that share memory are refused with 
 """
 
 import ctypes
+import errno
 import json
 import os
 import struct
@@ -357,7 +358,8 @@ def _span(header, begin, end):
 def _check_unchanged(header):
     st = os.stat(header.path)
     if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != header.identity:
-        raise OSError(f"{header.path}: the file changed while it was being read")
+        raise OSError(errno.ESTALE, "the file changed (replaced, resized or written) since its "
+                      "header was read", header.path)
 
 
 def _load(headers, device, handle):

@@ -27,6 +27,7 @@ import errno
 import json
 import os
 import struct
+import threading
 import weakref
 from collections import OrderedDict
 
@@ -705,9 +706,16 @@ class _ArenaPool:
         self.idle = []
         self.owned = 0
         self.open = True
+        # A chunk's last tensor may die on any thread (its finaliser runs there), or in a
+        # garbage collection inside one of these methods: a re-entrant lock.
+        self.lock = threading.RLock()
 
     def take(self, nbytes):
         """An arena of at least ``nbytes`` bytes, or None when the cap leaves no room."""
+        with self.lock:
+            return self._take(nbytes)
+
+    def _take(self, nbytes):
         fits = [arena for arena in self.idle if arena.nbytes >= nbytes]
         if fits:
             arena = min(fits, key=lambda a: a.nbytes)
@@ -735,24 +743,27 @@ class _ArenaPool:
 
     def release(self, arena):
         """The stream has moved past the arena's chunk."""
-        if arena.free:
-            self.idle.append(arena)
-        else:
-            arena.lent = True
-            self.owned -= arena.nbytes
+        with self.lock:
+            if arena.free:
+                self.idle.append(arena)
+            else:
+                arena.lent = True
+                self.owned -= arena.nbytes
 
     def _views_gone(self, arena):
-        arena.free = True
-        if arena.lent:
-            arena.lent = False
-            if self.open and self.owned + arena.nbytes <= self.cap:
-                self.idle.append(arena)
-                self.owned += arena.nbytes
+        with self.lock:
+            arena.free = True
+            if arena.lent:
+                arena.lent = False
+                if self.open and self.owned + arena.nbytes <= self.cap:
+                    self.idle.append(arena)
+                    self.owned += arena.nbytes
 
     def close(self):
-        self.open = False
-        self.idle.clear()
-        self.owned = 0
+        with self.lock:
+            self.open = False
+            self.idle.clear()
+            self.owned = 0
 
 
 def _stream(chunks, max_bytes, device, handle, observe):

@@ -1,0 +1,57 @@
+"""What the whole-file jobs (checkpoints, safetensors) share: a file replaced atomically, and a
+handle suited to moving whole files."""
+
+import contextlib
+import os
+import secrets
+
+from . import _C
+
+
+@contextlib.contextmanager
+def atomic_file(path, durable=True):
+    """Yields the path of a new, empty temporary file beside ``path`` (same folder, so the same
+    filesystem) for the caller to fill. On a normal exit the temporary is renamed over ``path``;
+    with ``durable`` its data is flushed first (``fdatasync``) and the folder synced after, so a
+    crash at any point leaves either the old file or the whole new one. Without ``durable`` the
+    rename is still atomic for other processes, but a power loss may leave an empty or partial
+    new file under ``path``. On an exception the temporary is removed, ``path`` is untouched and
+    the exception propagates."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    temporary = os.path.join(folder, ".%s.%s.tmp" % (os.path.basename(path), secrets.token_hex(6)))
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        try:
+            yield temporary
+            if durable:
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    if durable:
+        sync_folder(folder)
+
+
+def sync_folder(folder):
+    """Makes a rename in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_handle(block_size=1 << 20, queue_depth=32, intra_op_parallelism=None, backend=None):
+    """An ``aio_handle`` for whole-file jobs: 1 MiB blocks, a queue of 32 per worker, up to four
+    workers (one per CPU), io_uring where it was built in."""
+    if intra_op_parallelism is None:
+        intra_op_parallelism = max(1, min(4, os.cpu_count() or 1))
+    if backend is None:
+        backend = "io_uring" if _C.io_uring_available else "libaio"
+    return _C.aio_handle(block_size=block_size, queue_depth=queue_depth,
+                         intra_op_parallelism=intra_op_parallelism, backend=backend)

@@ -312,6 +312,18 @@ def test_malformed_archives_raise_value_error_naming_the_file(workdir):
         nvmeio_torch.load(path)
 
 
+def test_a_record_longer_than_its_place_in_the_file_is_refused(workdir):
+    path = os.path.join(workdir, "bad.pt")
+    nvmeio_torch.save({"t": torch.arange(1000), "u": torch.arange(10)}, path)
+    data = bytearray(open(path, "rb").read())
+    at = data.rindex(b"bad/data/0") - 46  # its entry in the central directory, the last mention
+    assert data[at:at + 4] == b"PK\x01\x02"
+    struct.pack_into("<II", data, at + 20, 8000 + 4096, 8000 + 4096)  # sizes reach the next record
+    open(path, "wb").write(data)
+    with pytest.raises(ValueError, match="bad/data/0"):
+        nvmeio_torch.load(path)
+
+
 def test_a_missing_file_raises_file_not_found(workdir):
     with pytest.raises(FileNotFoundError):
         nvmeio_torch.load(os.path.join(workdir, "missing.pt"))
@@ -449,15 +461,23 @@ def test_the_gil_is_released_during_the_io(workdir):
     assert dict(loading.counted)["sync_pread_batch"] > 0, loading.counted
 
 
+# Peak RSS from /proc (VmHWM, reset through clear_refs after the imports): the process's
+# ru_maxrss would start at its parent's RSS, which fork() and exec() carry over.
 RSS_CHILD = r"""
-import resource, sys
+import sys
 import torch, nvmeio_torch
 from nvmeio_torch import _files
+
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
 handle = _files.make_handle()
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # VmHWM := VmRSS
+base = status("VmHWM")
 loaded = nvmeio_torch.load(sys.argv[1], handle=handle)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print((peak - base) * 1024, sum(t.numel() * t.element_size() for t in loaded.values()))
+print(status("VmHWM") - base, sum(t.numel() * t.element_size() for t in loaded.values()))
 """
 
 

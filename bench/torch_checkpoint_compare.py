@@ -9,7 +9,7 @@ per round. Seconds are the operation's alone (the state dict is built before the
 fio's own runtime); medians over the rounds and ratios taken within each round.
 
     bench/torch_checkpoint_compare.py --folder DIR [--size 2G] [--rounds 5] [--hidden 2048]
-        [--build build-ckpt] [--fio /usr/bin/fio]
+        [--build build-test-g++-17] [--fio /usr/bin/fio]
 """
 
 import argparse
@@ -158,7 +158,7 @@ def main():
     p.add_argument("--size", default="2G", help="bytes of tensors, at least (K, M, G)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--hidden", type=int, default=2048)
-    p.add_argument("--build", default=os.path.join(ROOT, "build-ckpt"))
+    p.add_argument("--build", default=os.path.join(ROOT, "build-test-g++-17"))
     p.add_argument("--fio", default="/usr/bin/fio")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()

@@ -115,9 +115,9 @@ def check(sd, size, hidden):
 
 
 def fio_run(fio, op, path, size):
-    job = [fio, "--name=checkpoint", f"--filename={path}", f"--rw={'write' if op == 'save' else 'read'}",
-           "--bs=1M", "--iodepth=32", "--ioengine=io_uring", "--direct=1", f"--size={size}",
-           "--output-format=json"]
+    job = [fio, "--name=checkpoint", f"--filename={path}",
+           f"--rw={'write' if op == 'save' else 'read'}", "--bs=1M", "--iodepth=32",
+           "--ioengine=io_uring", "--direct=1", f"--size={size}", "--output-format=json"]
     if op == "save":
         job.append("--end_fsync=1")
     done = subprocess.run(job, capture_output=True, text=True)

@@ -93,7 +93,8 @@ class _Pickler(pickle.Pickler):
                                    else obj._pickle_storage_type())
             numel = _typed_numel(obj)
         elif isinstance(obj, torch.UntypedStorage):
-            untyped, dtype, storage_type, numel = obj, torch.uint8, torch.UntypedStorage, obj.nbytes()
+            untyped, dtype, storage_type = obj, torch.uint8, torch.UntypedStorage
+            numel = obj.nbytes()
         else:
             return None
         if untyped.data_ptr() != 0:
@@ -429,13 +430,15 @@ def load(path, map_location=None, weights_only=True, handle=None):
         raise ValueError(f"{path}: record {e.name!r} has its local header at "
                          f"{e.header_offset}, past the end of the file")
 
+    small_array = small_arena.numpy()
     if byteorder is not None:
-        order = record_bytes(byteorder, small_placed, small_arena.numpy()).tobytes().decode("ascii", "replace")
+        order = record_bytes(byteorder, small_placed, small_array).tobytes().decode("ascii",
+                                                                                     "replace")
         if order != sys.byteorder:
             raise ValueError(f"{path}: saved with {order}-endian data; this machine is "
                              f"{sys.byteorder}-endian")
-    pickled = record_bytes(pickle_entry, small_placed, small_arena.numpy()).tobytes()
-    del small_arena
+    pickled = record_bytes(pickle_entry, small_placed, small_array).tobytes()
+    del small_array, small_arena
     array = arena.numpy()
 
     loaded = {}

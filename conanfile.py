@@ -3,8 +3,8 @@
 The package is nvmeio's own `cmake --install` tree: headers, nvmeio-config.cmake (which finds
 libaio, xsimd and liburing itself) and nvmeio.pc. Consumers get `nvmeio::nvmeio` from that config,
 so it works both when Conan provides the dependencies and when a profile maps them to the system
-with [platform_requires] (then Conan generates no CMake files for them). See README.md, "Using
-nvmeio in your project".
+with [platform_requires] (then Conan generates no CMake files for them). See docs/INSTALL.md,
+"Conan 2".
 """
 
 import os

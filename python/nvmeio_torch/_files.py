@@ -4,6 +4,7 @@ handle suited to moving whole files."""
 import contextlib
 import os
 import secrets
+import stat
 
 from . import _C
 
@@ -16,13 +17,24 @@ def atomic_file(path, durable=True):
     crash at any point leaves either the old file or the whole new one. Without ``durable`` the
     rename is still atomic for other processes, but a power loss may leave an empty or partial
     new file under ``path``. On an exception the temporary is removed, ``path`` is untouched and
-    the exception propagates."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    temporary = os.path.join(folder, ".%s.%s.tmp" % (os.path.basename(path), secrets.token_hex(6)))
+    the exception propagates.
+
+    As ``open(path, 'wb')`` would: a symlink is followed (its target is replaced, the link
+    stays), and a file replaced keeps its permission bits (a new one gets 0o666 less the umask)."""
+    path = os.path.realpath(os.fspath(path))
+    folder = os.path.dirname(path)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = None
+    # The name cut short so that the temporary's stays within NAME_MAX (255 bytes).
+    stem = os.fsdecode(os.fsencode(os.path.basename(path))[:200])
+    temporary = os.path.join(folder, ".%s.%s.tmp" % (stem, secrets.token_hex(6)))
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
         try:
+            if mode is not None:
+                os.fchmod(fd, mode)
             yield temporary
             if durable:
                 os.fdatasync(fd)

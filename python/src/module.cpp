@@ -97,6 +97,7 @@ class py_handle {
     // Opens the file (GIL released: an open can block) and queues or runs the request. Locals
     // go in reverse order: `unlocked` takes the GIL back before `released` lets go of tensors.
     int start(std::unique_ptr<request> r, const std::string& path, bool async) {
+        handle_.require_usable();  // before the open, which may create the file
         request_list released;
         py::gil_scoped_release unlocked;
         r->file = open_for(path, r->op, r->pieces, handle_.settings().block_size);

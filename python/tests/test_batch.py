@@ -150,3 +150,28 @@ def test_aligned_tensor_is_page_aligned_and_owns_its_memory():
     assert nvmeio_torch._C.aligned_tensor(0, lock=True).numel() == 0
     with pytest.raises(ValueError, match="must not be negative"):
         nvmeio_torch._C.aligned_tensor(-1)
+
+
+def test_a_batch_refused_in_a_child_after_fork_touches_no_file(workdir):
+    h = nvmeio_torch.aio_handle()
+    path = os.path.join(workdir, "never.bin")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never raise
+        outcome = "other"
+        try:
+            h.sync_pwrite_batch([torch.ones(4096, dtype=torch.uint8)], path, [0])
+            outcome = "ran"
+        except RuntimeError as e:
+            outcome = "fork" if "after fork" in str(e) else "other"
+        except BaseException:
+            pass
+        finally:
+            os.write(write, outcome.encode())
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(read, 100).decode()
+    os.close(read)
+    assert status == 0 and report == "fork"
+    assert not os.path.exists(path)  # refused before the file was opened (and created)

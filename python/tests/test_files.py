@@ -48,8 +48,17 @@ def test_a_missing_folder_is_an_oserror_naming_it(workdir):
 
 
 def test_make_handle_moves_whole_files(workdir):
-    h = _files.make_handle()
-    assert h.get_intra_op_parallelism() >= 1 and h.get_block_size() == 1 << 20
+    import torch
+
+    h = _files.make_handle(queue_depth=8)
+    assert (h.get_block_size(), h.get_queue_depth()) == (1 << 20, 8)
+    assert 1 <= h.get_intra_op_parallelism() <= 4
+    data = torch.randint(0, 256, (3 * (1 << 20) + 5,), dtype=torch.uint8)
+    path = os.path.join(workdir, "whole.bin")
+    assert h.sync_pwrite(data, path) == 1
+    back = torch.zeros_like(data)
+    assert h.sync_pread(back, path) == 1
+    assert torch.equal(back, data) and os.path.getsize(path) == data.numel()
 
 
 def test_a_replaced_file_keeps_its_permission_bits_as_open_wb_would(workdir):

@@ -60,10 +60,15 @@ def sync_folder(folder):
 
 def make_handle(block_size=1 << 20, queue_depth=32, intra_op_parallelism=None, backend=None):
     """An ``aio_handle`` for whole-file jobs: 1 MiB blocks, a queue of 32 per worker, up to four
-    workers (one per CPU), io_uring where it was built in."""
+    workers (one per CPU), io_uring where it was built in and the kernel allows it (else libaio;
+    a backend asked for by name gets no fallback)."""
     if intra_op_parallelism is None:
         intra_op_parallelism = max(1, min(4, os.cpu_count() or 1))
-    if backend is None:
-        backend = "io_uring" if _C.io_uring_available else "libaio"
-    return _C.aio_handle(block_size=block_size, queue_depth=queue_depth,
-                         intra_op_parallelism=intra_op_parallelism, backend=backend)
+    settings = dict(block_size=block_size, queue_depth=queue_depth,
+                    intra_op_parallelism=intra_op_parallelism)
+    if backend is None and _C.io_uring_available:
+        try:
+            return _C.aio_handle(backend="io_uring", **settings)
+        except OSError:  # built in, but refused here (io_uring_disabled, a seccomp filter)
+            pass
+    return _C.aio_handle(backend=backend or "libaio", **settings)

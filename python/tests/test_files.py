@@ -104,3 +104,21 @@ def test_a_file_whose_name_is_near_the_longest_allowed_is_replaced(workdir):
     with open(path, "rb") as f:
         assert f.read() == b"new"
     assert os.listdir(workdir) == ["m" * 250]
+
+
+def test_make_handle_falls_back_to_libaio_where_the_kernel_refuses_io_uring(monkeypatch):
+    import errno
+    import types
+
+    real = _files._C
+
+    def aio_handle(**settings):
+        if settings["backend"] == "io_uring":  # as io_uring_disabled=2 or a seccomp filter does
+            raise OSError(errno.EPERM, "io_uring_setup refused")
+        return real.aio_handle(**settings)
+
+    monkeypatch.setattr(_files, "_C", types.SimpleNamespace(io_uring_available=True,
+                                                            aio_handle=aio_handle))
+    assert _files.make_handle().get_backend() == "libaio"
+    with pytest.raises(OSError):  # asked for by name: no fallback
+        _files.make_handle(backend="io_uring")

@@ -146,7 +146,10 @@ def test_aligned_tensor_is_page_aligned_and_owns_its_memory():
     view.fill_(1.5)
     del t
     gc.collect()
+    # Memory freed too early would be handed out again here, and overwritten.
+    others = [nvmeio_torch._C.aligned_tensor(3 * 4096 + 1).fill_(0xFF) for _ in range(8)]
     assert float(view.sum()) == 1.5 * 1024  # the memory lives as long as a view of it
+    assert all(o.data_ptr() != view.data_ptr() - 4096 for o in others)
     assert nvmeio_torch._C.aligned_tensor(0, lock=True).numel() == 0
     with pytest.raises(ValueError, match="must not be negative"):
         nvmeio_torch._C.aligned_tensor(-1)

@@ -229,7 +229,9 @@ void def_transfers(py::class_<py_handle>& c) {
                 },
                 "tensors"_a, "filename"_a, "offsets"_a,
                 async ? "Queues the batch (one request to wait()); returns 0."
-                      : "Moves every tensor at its offset in one call; returns 1 (one request).");
+                      : "Moves every tensor at its offset in one call, waiting for it and every "
+                        "request "
+                        "queued before it; returns how many requests that was (the batch is one).");
         }
     }
 }

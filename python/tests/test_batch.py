@@ -81,6 +81,9 @@ def test_wait_counts_a_batch_as_one_request(workdir, backend):
     assert h.async_pread(b, path, 0) == 0
     assert h.async_pread_batch(a[:2], path, [0, 8192]) == 0
     assert h.wait() == 3
+    assert h.async_pread(b, path, 0) == 0
+    assert h.sync_pread_batch(a, path, [i * 4096 for i in range(5)]) == 2  # waits for both
+    assert h.wait() == 0
 
 
 def test_an_async_batch_keeps_its_tensors_alive(workdir, backend):

@@ -126,13 +126,14 @@ def save(obj, path, *, durable=True, handle=None):
     rename and the directory synced after it: once save returns, the new file survives a crash
     or power loss, and a crash before that leaves the old file (or none) at ``path``, never a
     torn one. With ``durable=False`` the rename is still atomic for readers and for the process
-    being killed, but after a power loss ``path`` may hold the old file, or (rarely, on some
-    filesystems) an incomplete new one. A save killed midway can leave its temporary beside
-    ``path`` (``.<name>.*``); a save that raises removes it.
+    being killed, but after a power loss ``path`` may hold the old file or an empty or partial
+    new one. A save killed midway can leave its temporary beside ``path``
+    (``.<name>.<random>.tmp``); a save that raises removes it.
 
-    ``handle``: the ``aio_handle`` that moves the bytes (default: ``make_handle()``).
-    Raises the pickler's error for an object that cannot be pickled (before touching the
-    file), OSError with errno and the path for I/O failures; ``path`` is then left as it was.
+    ``handle``: the ``aio_handle`` that moves the bytes (default: ``make_handle()``), with no
+    request pending (save waits for its own). Raises the pickler's error for an object that
+    cannot be pickled (before any file is made), OSError with errno and ``path`` as its filename
+    (the temporary as filename2) for I/O failures; ``path`` is then left as it was.
     """
     from ._files import atomic_file, make_handle
 
@@ -153,42 +154,56 @@ def save(obj, path, *, durable=True, handle=None):
            for (key, _), t in zip(pickler.storages, contents)]
         + [(f"{archive}/version", len(_FORMAT_VERSION), False),
            (f"{archive}/byteorder", len(sys.byteorder), False)])
-    data_records = records[1:1 + len(contents)]
     if handle is None:
         handle = make_handle()
 
-    with atomic_file(path, durable=durable) as temporary:
-        writes = [(t, r.data_offset) for t, r in zip(contents, data_records) if r.size]
-        pending = False
-        try:
-            if writes:
-                handle.async_pwrite_batch([t for t, _ in writes], temporary,
-                                          [offset for _, offset in writes])
-                pending = True
-            # The CRCs are computed while the data is written.
-            with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as executor:
-                crcs = _zip.crc32_pieces(executor)
-                indices = [crcs.add(t.numpy()) for t in contents]
-                for r, index in zip(data_records, indices):
-                    r.crc = crcs.result(index)
-        finally:
-            if pending:
-                handle.wait()
-        records[0].crc = zlib.crc32(pickled)
-        tail = records[1 + len(contents):]
-        tail[0].crc = zlib.crc32(_FORMAT_VERSION)
-        tail[1].crc = zlib.crc32(sys.byteorder.encode())
+    try:
+        with atomic_file(path, durable=durable) as temporary:
+            _write(records, contents, pickled, temporary, handle)
+    except OSError as error:
+        if error.filename == path:
+            raise
+        # The I/O names the temporary; the caller knows the checkpoint's path.
+        raise OSError(error.errno, f"nvmeio_torch.save({path!r}): {error.strerror or error}",
+                      path, None, error.filename) from error
 
-        # The metadata: the pickle with its header at 0, each data record's local header
-        # before its data, and the small records with the central directory after the last.
-        pieces = [(0, _zip.local_header(records[0]) + pickled.tobytes())]
-        pieces += [(r.header_offset, _zip.local_header(r)) for r in data_records]
-        end = records[-1].end
-        pieces.append((tail[0].header_offset,
-                       _zip.local_header(tail[0]) + _FORMAT_VERSION + _zip.local_header(tail[1])
-                       + sys.byteorder.encode() + _zip.central_directory(records, end)))
-        handle.sync_pwrite_batch([torch.frombuffer(bytearray(b), dtype=torch.uint8)
-                                  for _, b in pieces], temporary, [o for o, _ in pieces])
+
+def _write(records, contents, pickled, temporary, handle):
+    """Fills the empty file `temporary` with the planned archive: the storages' bytes
+    (`contents`) in one asynchronous batch while their CRC-32s are computed, then the pickle,
+    the headers and the central directory in one more."""
+    data_records = records[1:1 + len(contents)]
+    writes = [(t, r.data_offset) for t, r in zip(contents, data_records) if r.size]
+    pending = False
+    try:
+        if writes:
+            handle.async_pwrite_batch([t for t, _ in writes], temporary,
+                                      [offset for _, offset in writes])
+            pending = True
+        # The CRCs are computed while the data is written.
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as executor:
+            crcs = _zip.crc32_pieces(executor)
+            indices = [crcs.add(t.numpy()) for t in contents]
+            for r, index in zip(data_records, indices):
+                r.crc = crcs.result(index)
+    finally:
+        if pending:
+            handle.wait()
+    records[0].crc = zlib.crc32(pickled)
+    tail = records[1 + len(contents):]
+    tail[0].crc = zlib.crc32(_FORMAT_VERSION)
+    tail[1].crc = zlib.crc32(sys.byteorder.encode())
+
+    # The metadata: the pickle with its header at 0, each data record's local header
+    # before its data, and the small records with the central directory after the last.
+    pieces = [(0, _zip.local_header(records[0]) + pickled.tobytes())]
+    pieces += [(r.header_offset, _zip.local_header(r)) for r in data_records]
+    end = records[-1].end
+    pieces.append((tail[0].header_offset,
+                   _zip.local_header(tail[0]) + _FORMAT_VERSION + _zip.local_header(tail[1])
+                   + sys.byteorder.encode() + _zip.central_directory(records, end)))
+    handle.sync_pwrite_batch([torch.frombuffer(bytearray(b), dtype=torch.uint8)
+                              for _, b in pieces], temporary, [o for o, _ in pieces])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,7 +340,8 @@ def load(path, map_location=None, weights_only=True, handle=None):
     """Loads what ``torch.save`` (or ``save``) wrote to ``path``, as ``torch.load`` does.
 
     Reads any zip-format file torch.save writes (torch 1.6 and later), nvmeio's or torch's.
-    Every data record is read through ``handle`` (default: ``make_handle()``) into one arena
+    Every data record is read through ``handle`` (default: ``make_handle()``, with no request
+    pending) into one arena
     of 4 KiB-aligned memory; the loaded storages view it, so the bytes are in memory once.
     The CRC-32s of the records are not checked (torch.load's mmap path does not either).
 

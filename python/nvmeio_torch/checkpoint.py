@@ -341,8 +341,8 @@ def load(path, map_location=None, weights_only=True, handle=None):
 
     Reads any zip-format file torch.save writes (torch 1.6 and later), nvmeio's or torch's.
     Every data record is read through ``handle`` (default: ``make_handle()``, with no request
-    pending) into one arena
-    of 4 KiB-aligned memory; the loaded storages view it, so the bytes are in memory once.
+    pending) into one arena of 4 KiB-aligned memory; the loaded storages view it, so the bytes
+    are in memory once.
     The CRC-32s of the records are not checked (torch.load's mmap path does not either).
 
     ``map_location``: as torch.load's (a str such as ``"cpu"``, a torch.device, a dict from
@@ -401,6 +401,11 @@ def load(path, map_location=None, weights_only=True, handle=None):
         if e.flags & 1:
             raise ValueError(f"{path}: record {e.name!r} is encrypted")
     span_ends = _spans(entries, directory_offset)
+    for e in [pickle_entry] + list(data_entries.values()) + ([byteorder] if byteorder else []):
+        if e.header_offset + _zip.LOCAL_HEADER_SIZE + e.size > span_ends[id(e)]:
+            raise ValueError(f"{path}: record {e.name!r} ({e.size} bytes, header at "
+                             f"{e.header_offset}) runs into the next record or past the "
+                             "central directory")
 
     # One batch: the pickle's (and byte order's) extents into a small buffer, every data
     # record's extent into the arena.

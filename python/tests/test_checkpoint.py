@@ -324,6 +324,17 @@ def test_a_record_longer_than_its_place_in_the_file_is_refused(workdir):
         nvmeio_torch.load(path)
 
 
+def test_a_record_past_the_end_of_the_file_is_refused(workdir):
+    path = os.path.join(workdir, "bad.pt")
+    nvmeio_torch.save({"t": torch.arange(1000)}, path)
+    data = bytearray(open(path, "rb").read())
+    at = data.rindex(b"bad/data/0") - 46
+    struct.pack_into("<I", data, at + 42, len(data) + 5000)  # its local header's offset
+    open(path, "wb").write(data)
+    with pytest.raises(ValueError, match="bad/data/0"):
+        nvmeio_torch.load(path)
+
+
 def test_a_missing_file_raises_file_not_found(workdir):
     with pytest.raises(FileNotFoundError):
         nvmeio_torch.load(os.path.join(workdir, "missing.pt"))

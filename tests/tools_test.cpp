@@ -828,7 +828,7 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         const char* program = std::getenv(c.program);
         if (program == nullptr || *program == '\0') {
             // tests/CMakeLists.txt names every program this build has; say which it has not.
-            BOOST_WARN_MESSAGE(false, "not built here, its cases not tried: " << c.program);
+            nvmeio_test::skip(std::string("not built here, its cases not tried: ") + c.program);
             continue;
         }
         ++tried;

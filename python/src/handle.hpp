@@ -264,6 +264,19 @@ class aio_handle {
         return wait_locked(released);
     }
 
+    /// Throws std::logic_error when the handle is closed or was created in another process
+    /// (after fork): callers check before opening a request's file, which may create it.
+    void require_usable() const {
+        if (!state_) throw std::logic_error("nvmeio_torch: the aio_handle is closed");
+        if (state_->creator != ::getpid()) {
+            throw std::logic_error(
+                "nvmeio_torch: this aio_handle was created in process " +
+                std::to_string(state_->creator) +
+                "; a child after fork cannot use it (its "
+                "threads exist only in the parent): create a new handle in the child");
+        }
+    }
+
   private:
     struct state {
         explicit state(const handle_settings& s)
@@ -358,17 +371,6 @@ class aio_handle {
         for (const auto& r : released)
             if (r->error) std::rethrow_exception(r->error);
         return static_cast<int>(released.size());
-    }
-
-    void require_usable() const {
-        if (!state_) throw std::logic_error("nvmeio_torch: the aio_handle is closed");
-        if (state_->creator != ::getpid()) {
-            throw std::logic_error(
-                "nvmeio_torch: this aio_handle was created in process " +
-                std::to_string(state_->creator) +
-                "; a child after fork cannot use it (its "
-                "threads exist only in the parent): create a new handle in the child");
-        }
     }
 
     static handle_settings checked(handle_settings s) {

@@ -27,23 +27,24 @@ namespace nvmeio_torch {
 namespace {
 
 // The bytes of `buffer` as a piece of a request: a contiguous CPU tensor (any dtype, any view).
-// Messages start with the method and name the arguments as `tensor` and `offset_name` say.
-nvmeio::batch_request piece_of(const torch::Tensor& buffer, std::int64_t offset,
-                               const std::string& method, const std::string& tensor,
-                               const std::string& offset_name) {
-    const std::string what = method + ": " + tensor;
-    if (!buffer.defined()) throw std::invalid_argument(what + " is an undefined tensor");
+// Messages start with the method and name the arguments as `tensor` and `offset_name` return
+// (called only on failure, so that a batch of many tensors builds no strings).
+template <class TensorName, class OffsetName>
+nvmeio::batch_request piece_of(const torch::Tensor& buffer, std::int64_t offset, const char* method,
+                               TensorName tensor, OffsetName offset_name) {
+    const auto what = [&] { return std::string(method) + ": " + tensor(); };
+    if (!buffer.defined()) throw std::invalid_argument(what() + " is an undefined tensor");
     if (!buffer.is_cpu()) {
-        throw std::invalid_argument(what + " is on " + buffer.device().str() +
+        throw std::invalid_argument(what() + " is on " + buffer.device().str() +
                                     "; nvmeio_torch moves CPU tensors only (copy it to the CPU, "
                                     "or into new_cpu_locked_tensor memory, first)");
     }
     if (!buffer.is_contiguous()) {
-        throw std::invalid_argument(what + " is not contiguous (call .contiguous() on it)");
+        throw std::invalid_argument(what() + " is not contiguous (call .contiguous() on it)");
     }
     if (offset < 0) {
-        throw std::invalid_argument(method + ": " + offset_name + " must not be negative (got " +
-                                    std::to_string(offset) + ")");
+        throw std::invalid_argument(std::string(method) + ": " + offset_name() +
+                                    " must not be negative (got " + std::to_string(offset) + ")");
     }
     return {buffer.numel() == 0 ? nullptr : buffer.data_ptr(), buffer.nbytes(),
             static_cast<std::uint64_t>(offset)};
@@ -53,7 +54,9 @@ std::unique_ptr<request> make_request(nvmeio::operation op, const torch::Tensor&
                                       std::int64_t offset, bool validate, const char* method) {
     auto r = std::make_unique<request>();
     r->op = op;
-    r->pieces.push_back(piece_of(buffer, offset, method, "the buffer", "file_offset"));
+    r->pieces.push_back(piece_of(
+        buffer, offset, method, [] { return std::string("the buffer"); },
+        [] { return std::string("file_offset"); }));
     r->tensors.push_back(buffer);
     r->validate = validate;
     return r;
@@ -71,9 +74,9 @@ std::unique_ptr<request> make_batch(nvmeio::operation op, const std::vector<torc
     r->batch = true;
     r->pieces.reserve(tensors.size());
     for (std::size_t i = 0; i < tensors.size(); ++i) {
-        const std::string index = std::to_string(i);
-        r->pieces.push_back(
-            piece_of(tensors[i], offsets[i], method, "tensor " + index, "offsets[" + index + "]"));
+        r->pieces.push_back(piece_of(
+            tensors[i], offsets[i], method, [i] { return "tensor " + std::to_string(i); },
+            [i] { return "offsets[" + std::to_string(i) + "]"; }));
     }
     r->tensors = tensors;
     return r;
@@ -97,6 +100,7 @@ class py_handle {
     // Opens the file (GIL released: an open can block) and queues or runs the request. Locals
     // go in reverse order: `unlocked` takes the GIL back before `released` lets go of tensors.
     int start(std::unique_ptr<request> r, const std::string& path, bool async) {
+        handle_.require_usable();  // before the open, which may create the file
         request_list released;
         py::gil_scoped_release unlocked;
         r->file = open_for(path, r->op, r->pieces, handle_.settings().block_size);
@@ -225,7 +229,9 @@ void def_transfers(py::class_<py_handle>& c) {
                 },
                 "tensors"_a, "filename"_a, "offsets"_a,
                 async ? "Queues the batch (one request to wait()); returns 0."
-                      : "Moves every tensor at its offset in one call; returns 1 (one request).");
+                      : "Moves every tensor at its offset in one call, waiting for it and every "
+                        "request "
+                        "queued before it; returns how many requests that was (the batch is one).");
         }
     }
 }

@@ -81,6 +81,9 @@ def test_wait_counts_a_batch_as_one_request(workdir, backend):
     assert h.async_pread(b, path, 0) == 0
     assert h.async_pread_batch(a[:2], path, [0, 8192]) == 0
     assert h.wait() == 3
+    assert h.async_pread(b, path, 0) == 0
+    assert h.sync_pread_batch(a, path, [i * 4096 for i in range(5)]) == 2  # waits for both
+    assert h.wait() == 0
 
 
 def test_an_async_batch_keeps_its_tensors_alive(workdir, backend):
@@ -146,7 +149,35 @@ def test_aligned_tensor_is_page_aligned_and_owns_its_memory():
     view.fill_(1.5)
     del t
     gc.collect()
+    # Memory freed too early would be handed out again here, and overwritten.
+    others = [nvmeio_torch._C.aligned_tensor(3 * 4096 + 1).fill_(0xFF) for _ in range(8)]
     assert float(view.sum()) == 1.5 * 1024  # the memory lives as long as a view of it
+    assert all(o.data_ptr() != view.data_ptr() - 4096 for o in others)
     assert nvmeio_torch._C.aligned_tensor(0, lock=True).numel() == 0
     with pytest.raises(ValueError, match="must not be negative"):
         nvmeio_torch._C.aligned_tensor(-1)
+
+
+def test_a_batch_refused_in_a_child_after_fork_touches_no_file(workdir):
+    h = nvmeio_torch.aio_handle()
+    path = os.path.join(workdir, "never.bin")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never raise
+        outcome = "other"
+        try:
+            h.sync_pwrite_batch([torch.ones(4096, dtype=torch.uint8)], path, [0])
+            outcome = "ran"
+        except RuntimeError as e:
+            outcome = "fork" if "after fork" in str(e) else "other"
+        except BaseException:
+            pass
+        finally:
+            os.write(write, outcome.encode())
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(read, 100).decode()
+    os.close(read)
+    assert status == 0 and report == "fork"
+    assert not os.path.exists(path)  # refused before the file was opened (and created)

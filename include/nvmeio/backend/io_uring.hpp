@@ -238,9 +238,11 @@ class io_uring_backend {
     [[nodiscard]] std::size_t registered_file_count() const noexcept { return files_.count(); }
 
     /// Registered file `index` (in registration order), to transfer through. The backend owns
-    /// it: do not close it or assign to it (another descriptor never uses the registration).
+    /// it: the handle cannot be closed, assigned or swapped (registered_file_handle).
     /// Throws std::invalid_argument for an index past the registered ones.
-    [[nodiscard]] file& registered_file(std::size_t index) { return files_.at(index); }
+    [[nodiscard]] registered_file_handle& registered_file(std::size_t index) {
+        return files_.at(index);
+    }
 
     /// Unregisters the files and gives them back, still open, in registration order (empty
     /// when none were registered). Throws io_error (EBUSY) while requests are in flight.

@@ -811,6 +811,7 @@ def _stream(chunks, max_bytes, device, handle, observe):
                 for state in held:
                     state[2] = True
                 note("wait", chunk=i)
+            _check_unchanged(chunk.header)
             # One chunk ahead: the wait for it then waits for nothing else (wait() takes all).
             if submitted == i + 1 < len(chunks) and submit(i + 1):
                 submitted += 1

@@ -169,6 +169,19 @@ def test_stream_reads_tensors_over_half_the_cap_one_at_a_time(workdir):
     assert all(e["resident"] <= 64 << 10 for e in events)
 
 
+def test_stream_notices_a_shard_replaced_after_its_header_was_read(workdir):
+    _, index = make_model(workdir)
+    it = st.stream(index, max_bytes=32 << 10)
+    next(it)
+    shard = os.path.join(workdir, "model-00003-of-00003.safetensors")
+    shutil.copyfile(shard, shard + ".new")
+    os.replace(shard + ".new", shard)
+    with pytest.raises(OSError, match="changed") as raised:
+        for _ in it:
+            pass
+    assert raised.value.filename == shard
+
+
 def test_stream_refuses_a_tensor_wider_than_the_cap_before_reading(workdir):
     path = os.path.join(workdir, "m.safetensors")
     spec.write(path, spec.build({"small": torch.ones(10), "big": torch.ones(5000)}))

@@ -372,15 +372,23 @@ def _load(headers, device, handle):
     handle = handle if handle is not None else make_handle()
     arenas = []
     pending = False
-    for header in headers:
-        if header.file_size == header.data_start:
-            arenas.append((None, 0))
-            continue
-        start, stop = _span(header, header.data_start, header.file_size)
-        arena = _C.aligned_tensor(stop - start)
-        handle.async_pread_batch([arena], header.path, [start])
-        pending = True
-        arenas.append((arena, start))
+    try:
+        for header in headers:
+            if header.file_size == header.data_start:
+                arenas.append((None, 0))
+                continue
+            start, stop = _span(header, header.data_start, header.file_size)
+            arena = _C.aligned_tensor(stop - start)
+            handle.async_pread_batch([arena], header.path, [start])
+            pending = True
+            arenas.append((arena, start))
+    except BaseException:
+        if pending:  # leave the caller's handle with nothing pending
+            try:
+                handle.wait()
+            except OSError:
+                pass
+        raise
     if pending:
         handle.wait()
     tensors = {}

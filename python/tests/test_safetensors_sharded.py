@@ -62,6 +62,16 @@ def test_a_missing_shard_raises_file_not_found_naming_it_and_the_index(workdir):
         assert raised.value.filename == shard
 
 
+def test_a_shard_gone_before_its_read_leaves_the_handle_with_nothing_pending(workdir):
+    tensors, index = make_model(workdir)
+    headers = st._gather(index)  # headers read, then a shard goes before the data is read
+    os.remove(headers[2].path)
+    handle = st.make_handle()
+    with pytest.raises(FileNotFoundError):
+        st._load(headers, torch.device("cpu"), handle)
+    assert handle.wait() == 0
+
+
 def test_index_and_shards_that_disagree_raise_naming_the_tensor(workdir):
     tensors, index = make_model(workdir)
     with open(index) as f:

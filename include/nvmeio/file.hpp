@@ -26,7 +26,7 @@
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file_modes.hpp"
-#include "nvmeio/impl/size_lock.hpp"
+#include "nvmeio/detail/size_lock.hpp"
 
 namespace nvmeio {
 
@@ -68,7 +68,7 @@ inline constexpr int rwf_dontcache = 0x00000080;
 /// they read before (last writer wins for the whole unit). Buffered handles have no such unit.
 ///
 /// How (docs/GUARANTEES.md section 7): every change of a regular file's size that nvmeio makes
-/// holds one mutex per file, shared by every handle of it in the process (impl/size_lock.hpp):
+/// holds one mutex per file, shared by every handle of it in the process (detail/size_lock.hpp):
 /// a write first extends the file to its end (`reserve_range`), and a last unit that passes the
 /// end is written whole and trimmed back under the mutex. Writers in other processes do not share
 /// the mutex (use one process per file, or ranges whose ends are unit multiples, which never trim).
@@ -362,5 +362,5 @@ class file {
 }  // namespace nvmeio
 
 // The members' definitions.
-#include "nvmeio/impl/file_io.ipp"
-#include "nvmeio/impl/file_open.ipp"
+#include "nvmeio/detail/file_io.ipp"
+#include "nvmeio/detail/file_open.ipp"

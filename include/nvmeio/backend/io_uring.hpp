@@ -21,7 +21,7 @@
 #include "nvmeio/backend/request.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
-#include "nvmeio/impl/process.hpp"
+#include "nvmeio/detail/process.hpp"
 
 #if NVMEIO_HAS_IO_URING
 #include <liburing.h>

@@ -13,7 +13,7 @@
 #include <system_error>
 #include <vector>
 
-#include "nvmeio/impl/memory_registry.hpp"
+#include "nvmeio/detail/memory_registry.hpp"
 
 namespace nvmeio {
 

@@ -5,7 +5,7 @@
 /// other thread is using it at the same time. Both are misuse, reported as std::logic_error
 /// before anything touches the queue, so the rightful user's transfer is unaffected.
 ///
-/// The process id comes from impl/process.hpp (cached, refreshed in a child by a pthread_atfork
+/// The process id comes from detail/process.hpp (cached, refreshed in a child by a pthread_atfork
 /// handler): one load and one comparison. A child made with raw clone() or vfork() is not detected.
 
 #include <pthread.h>
@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "nvmeio/impl/process.hpp"
+#include "nvmeio/detail/process.hpp"
 
 namespace nvmeio {
 namespace detail {

@@ -1,5 +1,5 @@
 #pragma once
-/// \file impl/process.hpp
+/// \file detail/process.hpp
 /// This process's id without a system call (glibc's getpid() is one), for objects that belong to
 /// the process that created them: after fork a child shares their memory mappings (a kernel
 /// ring among them) but must not use them. The id is cached and refreshed in the child by a

@@ -20,7 +20,7 @@
 #include <nvmeio/aio_context.hpp>
 #include <nvmeio/backend/io_uring.hpp>
 #include <nvmeio/batch.hpp>
-#include <nvmeio/detail/request_cursor.hpp>
+#include <nvmeio/detail/engine.hpp>
 #include <nvmeio/detail/request_plan.hpp>
 #include <nvmeio/file.hpp>
 #include <nvmeio/parallel.hpp>
@@ -386,7 +386,7 @@ struct counting_cursor {
         one.length = memory.size();
         return one;
     }();
-    const std::vector<detail::engine_scratch::segment_state> state{{4 * m, 4 * m}};
+    const std::vector<detail::segment_state> state{{4 * m, 4 * m}};
     detail::pagemap pages;
     detail::request_cursor<counting_backend> cursor{backend, pages, f, &s, 1, state, 2 * m};
 

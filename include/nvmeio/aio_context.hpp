@@ -1,9 +1,8 @@
 #pragma once
 /// \file aio_context.hpp
 /// An asynchronous I/O context: a Backend policy plus the queue depth and block size that every
-/// transfer through it uses. It owns the backend, its settings and the engine's working memory,
-/// and hands them to the engine (detail/engine_door.hpp) for every transfer a front end runs
-/// on it.
+/// transfer through it uses. It owns the backend, its settings and the engine (detail/engine.hpp),
+/// which reaches them as its friend for every transfer a front end runs on it.
 
 #include <chrono>
 #include <cstddef>
@@ -13,15 +12,11 @@
 
 #include "nvmeio/backend/libaio.hpp"
 #include "nvmeio/detail/context_guard.hpp"
-#include "nvmeio/detail/engine_scratch.hpp"
+#include "nvmeio/detail/engine.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
-
-namespace detail {
-struct engine_door;  // detail/engine_door.hpp
-}  // namespace detail
 
 /// A queue of asynchronous requests served by `Backend` (libaio by default).
 ///
@@ -67,7 +62,7 @@ class basic_aio_context {
     [[nodiscard]] Backend& backend() noexcept { return backend_; }
 
   private:
-    friend struct detail::engine_door;  // hands the engine the backend, settings and scratch
+    friend class detail::engine<Backend>;  // runs every transfer on the members below
 
     // Whether Backend has a ring that pins memory on its own and serves one thread
     // (io_uring_backend), so that pin_once and single_issuer apply.
@@ -91,7 +86,7 @@ class basic_aio_context {
 
     context_options options_;
     Backend backend_;
-    detail::engine_scratch scratch_;
+    detail::engine<Backend> engine_;  // after backend_: it dies first
     detail::creator_process creator_;
     detail::exclusive_use in_use_;
 };

@@ -24,14 +24,16 @@
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
+#include "nvmeio/detail/size_lock.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file_modes.hpp"
-#include "nvmeio/detail/size_lock.hpp"
 
 namespace nvmeio {
 
+class file;
+
 namespace detail {
-struct file_door;
+inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uint64_t keep);
 
 /// `RWF_DONTCACHE` (Linux 6.14), which C libraries of 2023 do not name yet.
 inline constexpr int rwf_dontcache = 0x00000080;
@@ -286,30 +288,18 @@ class file {
         std::swap(size_lock_, other.size_lock_);
     }
 
-  private:
-    friend struct detail::file_door;  // the engine's way to the rich failure records below
-
-    // read_at, write_at and reserve_range, recording everything about a failure in `failure`.
+    /// read_at, write_at and reserve_range as above, recording the whole failure (operation,
+    /// path, offset, length) in `failure` (empty on success), as a batch's results do.
     std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset,
                         io_failure& failure);
+    /// See read_at(void*, std::size_t, std::uint64_t, io_failure&).
     void write_at(const void* buffer, std::size_t length, std::uint64_t offset,
                   io_failure& failure);
+    /// See read_at(void*, std::size_t, std::uint64_t, io_failure&).
     void reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure);
 
-    // For engines that write a last alignment unit whole and asynchronously: after
-    // `reserve_range(offset, padded_end - offset)` and the write, cuts the padding off again.
-    // Under the file's size mutex, when the file still ends exactly at `padded_end`, its size
-    // becomes `keep` (the writer's end, or where the file ended inside that unit before, if
-    // larger); a file another writer has grown further is left alone. Regular files only; a
-    // no-op for others.
-    void trim_padding(std::uint64_t padded_end, std::uint64_t keep, io_failure& failure) {
-        failure = {};
-        if (kind_ != file_kind::regular || !size_lock_ || keep >= padded_end) return;
-        std::lock_guard<std::mutex> lock(*size_lock_);
-        std::error_code ec;
-        if (size(ec) == padded_end && !ec) truncate_unlocked(keep, ec);
-        if (ec) failure = {ec, "truncate (after a padded write)", path(), keep, 0};
-    }
+  private:
+    friend io_failure detail::trim_write_padding(file&, std::uint64_t, std::uint64_t);
 
     io_failure open_impl(std::string path, open_mode mode, direct_io direct);
     // Whether this process may open a file of `kind` (device `device`); else why not.
@@ -359,6 +349,23 @@ class file {
     std::shared_ptr<std::mutex> size_lock_;  // regular files: shared by the file's handles
 };
 
+namespace detail {
+
+/// For engines that write a last alignment unit whole and asynchronously: after
+/// `reserve_range(offset, padded_end - offset)` and the write, cuts the padding off again. Under
+/// the file's size mutex, when the file still ends exactly at `padded_end`, its size becomes
+/// `keep` (the writer's end, or where the file ended inside that unit before, if larger); a file
+/// another writer has grown further is left alone. Regular files only; a no-op for others.
+inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uint64_t keep) {
+    if (f.kind_ != file_kind::regular || !f.size_lock_ || keep >= padded_end) return {};
+    std::lock_guard<std::mutex> lock(*f.size_lock_);
+    std::error_code ec;
+    if (f.size(ec) == padded_end && !ec) f.truncate_unlocked(keep, ec);
+    if (ec) return {ec, "truncate (after a padded write)", f.path(), keep, 0};
+    return {};
+}
+
+}  // namespace detail
 }  // namespace nvmeio
 
 // The members' definitions.

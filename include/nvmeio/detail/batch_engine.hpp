@@ -16,9 +16,8 @@
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
-#include "nvmeio/detail/engine_door.hpp"
+#include "nvmeio/detail/engine.hpp"
 #include "nvmeio/detail/front_end.hpp"
-#include "nvmeio/detail/segment.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/transfer.hpp"
@@ -121,7 +120,7 @@ std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
         units.push_back({s.memory + start, s.offset + start, unit, 0, 0, {}});
         owners.push_back(i);
     }
-    move_segments(context, f, operation::read, units.data(), units.size(), settings);
+    engine_of<Context>::move(context, f, operation::read, units.data(), units.size(), settings);
     std::pair<std::uint64_t, std::uint64_t> furthest{0, 0};
     for (std::size_t u = 0; u < units.size(); ++u) {
         if (units[u].failure) {
@@ -179,7 +178,7 @@ void run_groups(Context& context, file& f, operation op, const std::vector<batch
         remaining = needs[k] > SIZE_MAX - remaining ? SIZE_MAX : remaining + needs[k];
     }
 
-    engine_door::arena_loan<Context> loan(context, options.bounce_size);
+    typename engine_of<Context>::template arena_loan<Context> loan(context, options.bounce_size);
     aligned_buffer& arena = loan.arena;
     if (arena.alignment() < arena_alignment) arena = aligned_buffer();
     for (std::size_t k = 0; k < which.size();) {
@@ -242,7 +241,7 @@ void run_groups(Context& context, file& f, operation op, const std::vector<batch
             padding = fill_bounced_writes(context, f, w, merge, requests);
         }
         if (options.config.measure) settings.perf = &perf.emplace_back();
-        move_segments(context, f, op, w.segments.data(), w.segments.size(), settings);
+        engine_of<Context>::move(context, f, op, w.segments.data(), w.segments.size(), settings);
         const io_failure trim = padding.first != 0
                                     ? trim_write_padding(f, padding.first, padding.second)
                                     : io_failure{};

@@ -18,8 +18,7 @@
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
-#include "nvmeio/detail/engine_door.hpp"
-#include "nvmeio/detail/segment.hpp"
+#include "nvmeio/detail/engine.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/perf.hpp"
@@ -128,7 +127,7 @@ transfer_result run_transfer(Context& context, file& f, operation op, void* buff
     failure = {};
     if (length == 0) return result;
     segment one{static_cast<std::byte*>(buffer), offset, length, 0, 0, {}};
-    move_segments(context, f, op, &one, 1, settings_for(config, &result.perf));
+    engine_of<Context>::move(context, f, op, &one, 1, settings_for(config, &result.perf));
     result.bytes = one.bytes;
     failure = std::move(one.failure);
     return result;

@@ -5,6 +5,7 @@
 
 #include "nvmeio/backend/io_uring_buffers.hpp"
 #include "nvmeio/backend/io_uring_files.hpp"
+#include "nvmeio/backend/io_uring_requests.hpp"
 #include "nvmeio/backend/io_uring_support.hpp"
 
 #include <sys/types.h>
@@ -19,9 +20,9 @@
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/backend/request.hpp"
+#include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
-#include "nvmeio/detail/process.hpp"
 
 #if NVMEIO_HAS_IO_URING
 #include <liburing.h>
@@ -64,9 +65,6 @@ class io_uring_backend {
   public:
     /// The backend's name in reports.
     static constexpr const char* name = "io_uring";
-    /// Requests are tried without blocking first; on a block device one that needs splitting
-    /// goes to a worker thread, so the engine keeps unregistered ones within queue_limits.
-    static constexpr bool keeps_to_queue_limits = true;
 
     /// Creates a ring for up to `queue_depth` requests in flight. Throws std::invalid_argument
     /// for 0 or a depth above the kernel's limit (the message names the limit: 32768 since Linux
@@ -185,10 +183,36 @@ class io_uring_backend {
     /// Whether the ring pins memory nvmeio allocated on its own (see the class comment).
     void set_pin_once(bool on) noexcept { buffers_.set_pin_once(on); }
 
-    /// Whether a request on [memory, memory + length) goes out registered now (pins nothing);
-    /// the engine keeps such requests whole on a block device (detail/request_plan.hpp).
+    /// Whether a request on [memory, memory + length) goes out registered now (pins nothing).
     [[nodiscard]] bool registers(const void* memory, std::size_t length) const noexcept {
         return creator_ == detail::this_process_id() && buffers_.holds(memory, length);
+    }
+
+    /// How a transfer of `block_size` blocks on `f` is cut (backend/request.hpp): requests are
+    /// tried without blocking first, and on a block device one that needs splitting goes to a
+    /// worker thread, so blocks are cut to what the device takes whole
+    /// (backend/io_uring_requests.hpp) unless request_length keeps them whole.
+    [[nodiscard]] request_limits limits_for(const file& f, std::size_t block_size) noexcept {
+        plan_ = detail::plan_requests(f.queue_limits(), f.is_direct(), f.required_alignment(),
+                                      block_size, queue_depth_, completion_capacity_);
+        return {plan_.request_size, plan_.slots};
+    }
+
+    /// How long the requests of the `length`-byte block at `position` of a segment may be (the
+    /// segment: `segment_length` bytes at `segment`): `length` when the block goes out whole,
+    /// else the piece of limits_for. A block stays whole when its memory makes a failed try
+    /// cheap: huge pages back the whole segment (asked at its first block; they are pinned a huge
+    /// page at a time), or it goes out registered (nothing pinned per request) and is at least
+    /// request_plan::registered_whole_from long. Asked at the start of every block, so memory
+    /// pinned once during a transfer stays whole from its next block on.
+    [[nodiscard]] std::size_t request_length(const std::byte* segment, std::size_t segment_length,
+                                             std::size_t position, std::size_t length) noexcept {
+        if (position == 0)
+            huge_ = segment_length > plan_.request_size &&
+                    pages_.huge_pages_back(segment, segment_length);
+        const bool whole = huge_ || (length >= plan_.registered_whole_from &&
+                                     registers(segment + position, length));
+        return whole ? length : plan_.request_size;
     }
 
     /// Whether the ring serves one thread (see the class comment). Turned off, a ring set up
@@ -393,6 +417,9 @@ class io_uring_backend {
     detail::ring_buffers buffers_{ring_, creator_};
     detail::ring_files files_;
     registration_use use_;
+    detail::request_plan plan_;  // limits_for's, for request_length
+    detail::pagemap pages_;      // which memory huge pages back
+    bool huge_ = false;          // huge pages back the segment request_length is asked about
 };
 
 #endif  // NVMEIO_HAS_IO_URING

@@ -22,13 +22,13 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/backend/request.hpp"
-#include "nvmeio/detail/request_plan.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/perf.hpp"
@@ -121,10 +121,18 @@ inline void cpu_relax() noexcept {
 // The page an uncached file's requests are cut at (see request_cursor::next).
 inline constexpr std::size_t uncached_page = 4096;
 
+/// Whether `Backend` cuts requests (backend/request.hpp: limits_for and request_length).
+template <class Backend, class = void>
+struct cuts_requests : std::false_type {};
+template <class Backend>
+struct cuts_requests<Backend, std::void_t<decltype(std::declval<Backend&>().limits_for(
+                                  std::declval<const file&>(), std::size_t{}))>> : std::true_type {
+};
+
 /// Where the engine's next request starts and how long it is: the segment and the position in it
-/// not handed out yet, walked block by block. A block goes out in requests of the plan's size
-/// (request_plan.hpp) unless its memory stays whole, asked once for every block; on an uncached
-/// file a request ends on a page boundary of the file.
+/// not handed out yet, walked block by block. Where the backend cuts requests, each block's
+/// length is asked of it once (backend/request.hpp); on an uncached file a request ends on a
+/// page boundary of the file.
 template <class Backend>
 class request_cursor {
   public:
@@ -135,11 +143,9 @@ class request_cursor {
         std::size_t length;
     };
 
-    request_cursor(const Backend& backend, pagemap& pages, const file& target, segment* segments,
-                   std::size_t count, const std::vector<segment_state>& state,
-                   std::size_t block_size)
+    request_cursor(Backend& backend, const file& target, segment* segments, std::size_t count,
+                   const std::vector<segment_state>& state, std::size_t block_size)
         : backend_(backend),
-          pages_(pages),
           file_(target),
           segments_(segments),
           count_(count),
@@ -148,11 +154,10 @@ class request_cursor {
           request_size_(block_size),
           block_request_(block_size) {}
 
-    // Blocks are cut to `plan.request_size` unless they stay whole.
-    void follow(const request_plan& plan) {
-        request_size_ = block_request_ = plan.request_size;
-        registered_whole_from_ = plan.registered_whole_from;
-        asked_ = false;  // the block at the next position is asked again, under the new plan
+    // Blocks are cut to `request_size` unless the backend keeps them whole.
+    void cut_to(std::size_t request_size) {
+        request_size_ = block_request_ = request_size;
+        asked_ = false;  // the block at the next position is asked again, under the new size
     }
 
     // What a block that does not stay whole is cut to (the block size when blocks are not cut).
@@ -201,32 +206,28 @@ class request_cursor {
         return std::min(state_[i].body, state_[i].end_of_data);
     }
 
-    // The request size of the block at the next position: request_size_ unless its memory stays
-    // whole (request_plan.hpp); whether huge pages back the segment is asked at its first block.
+    // The request size of the block at the next position: request_size_, or the whole block
+    // where the backend says so.
     std::size_t block_request() {
-        const std::byte* const memory = segments_[next_segment_].memory;
-        const std::size_t body = state_[next_segment_].body;
-        if (next_position_ == 0)
-            huge_ = body > request_size_ && pages_.huge_pages_back(memory, body);
         const std::size_t length = std::min(block_size_, limit(next_segment_) - next_position_);
         if (length <= request_size_) return request_size_;
-        const bool whole =
-            stays_whole(backend_, memory + next_position_, length, registered_whole_from_, huge_);
-        return whole ? block_size_ : request_size_;
+        if constexpr (cuts_requests<Backend>::value) {
+            return backend_.request_length(segments_[next_segment_].memory,
+                                           state_[next_segment_].body, next_position_, length);
+        } else {
+            return request_size_;
+        }
     }
 
-    const Backend& backend_;
-    pagemap& pages_;  // the engine's
+    Backend& backend_;
     const file& file_;
     segment* const segments_;
     const std::size_t count_;
     const std::vector<segment_state>& state_;
     const std::size_t block_size_;
-    std::size_t request_size_;   // block_size_, or what the device takes whole (request_plan)
-    std::size_t block_request_;  // request_size_, or block_size_ for a block that stays whole
-    std::size_t registered_whole_from_ = 0;  // request_plan::registered_whole_from
-    bool huge_ = false;                      // huge pages back the segment being handed out
-    bool asked_ = false;  // block_request_ answers for the block at the next position
+    std::size_t request_size_;   // block_size_, or the backend's piece (cut_to)
+    std::size_t block_request_;  // request_size_, or the length of a block that stays whole
+    bool asked_ = false;         // block_request_ answers for the block at the next position
     std::size_t next_segment_ = 0;
     std::size_t next_position_ = 0;
 };
@@ -300,8 +301,7 @@ class engine {
     // What one run works on: set by run(), gone when it returns.
     struct job {
         job(Backend& b, const context_options& options, file& f, operation o, segment* s,
-            std::size_t n, engine_settings how, pagemap& pages,
-            const std::vector<segment_state>& state)
+            std::size_t n, engine_settings how, const std::vector<segment_state>& state)
             : backend(b),
               target(f),
               op(o),
@@ -311,7 +311,7 @@ class engine {
               unit(f.required_alignment()),
               settings(how),
               spin(options.spin),
-              cursor(b, pages, f, s, n, state, options.block_size),
+              cursor(b, f, s, n, state, options.block_size),
               slot_count(options.queue_depth) {}
 
         Backend& backend;
@@ -340,7 +340,7 @@ class engine {
 
     void run(Backend& backend, const context_options& options, file& target, operation op,
              segment* segments, std::size_t count, engine_settings settings) {
-        job j(backend, options, target, op, segments, count, settings, pages_, state_);
+        job j(backend, options, target, op, segments, count, settings, state_);
         job_ = &j;
         transfer_perf* const perf = settings.perf;
         const clock::time_point start = perf != nullptr ? clock::now() : clock::time_point{};
@@ -355,12 +355,10 @@ class engine {
             state_[i].end_of_data = std::max(s.length, state_[i].body);
             body_total += state_[i].body;
         }
-        if constexpr (keeps_to_queue_limits<Backend>::value) {
-            const request_plan plan =
-                plan_requests(target.queue_limits(), target.is_direct(), j.unit, options.block_size,
-                              j.queue_depth, backend.completion_capacity());
-            j.cursor.follow(plan);
-            j.slot_count = plan.slots;
+        if constexpr (cuts_requests<Backend>::value) {
+            const request_limits limits = backend.limits_for(target, options.block_size);
+            j.cursor.cut_to(limits.request_size);
+            j.slot_count = limits.slots;
         }
         slots_.resize(j.slot_count);
         free_.clear();
@@ -719,7 +717,6 @@ class engine {
     std::vector<double> submit_samples_;
     std::vector<double> completion_samples_;
     spin_backoff backoff_;  // outlives a transfer: which waits poll before sleeping
-    pagemap pages_;         // which memory huge pages back (request_plan.hpp)
     aligned_buffer arena_;  // batches' bounce arena, kept for the next (arena_loan)
 };
 

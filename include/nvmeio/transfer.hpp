@@ -62,6 +62,22 @@ struct transfer_config {
     bool measure = false;
 };
 
+/// The sequential strategy as a policy: the engine's loop for it submits a round of up to
+/// queue-depth requests and reaps all of them before the next round.
+struct sequential {
+    static constexpr strategy_kind kind = strategy_kind::sequential;  ///< Its run-time name.
+    submit_mode submit = submit_mode::block;  ///< How requests are submitted.
+    bool measure = false;                     ///< As transfer_config::measure.
+};
+
+/// The overlapped strategy as a policy: the engine's loop for it keeps up to queue-depth requests
+/// in flight, submitting new ones as completions arrive.
+struct overlapped {
+    static constexpr strategy_kind kind = strategy_kind::overlapped;  ///< Its run-time name.
+    submit_mode submit = submit_mode::block;  ///< How requests are submitted.
+    bool measure = false;                     ///< As transfer_config::measure.
+};
+
 /// What a transfer did.
 struct transfer_result {
     /// Bytes moved: the requested length, except for a read that met the end of the file, where

@@ -3,8 +3,9 @@
 /// The one submit/reap loop every front end runs on. It moves a list of segments (memory, file
 /// offset, length) of one file through a context's backend, keeping the queue full across
 /// segment boundaries, and records a result per segment. A plain transfer is one segment; a batch
-/// or a stripe share is many. The strategy chooses when to refill (after each completion, or
-/// after the whole round) and how to submit (one request per call, or all ready ones).
+/// or a stripe share is many. The loop is a template of the strategy policy (transfer.hpp:
+/// `sequential` refills after the whole round, `overlapped` after each completion); the policy's
+/// submit mode says how to submit (one request per call, or all ready ones).
 ///
 /// Per segment: the aligned prefix (or the whole padded span, see `segment::span`) goes through
 /// the backend in block-size requests; short results are asked again from where they stopped;
@@ -54,13 +55,6 @@ struct segment {
 struct segment_state {
     std::size_t body = 0;         // bytes that go through the backend
     std::size_t end_of_data = 0;  // where a read met the end of the file
-};
-
-/// How the engine runs.
-struct engine_settings {
-    bool drain_before_refill = false;   ///< Sequential: reap the whole round before refilling.
-    bool one_request_per_call = false;  ///< submit_mode::single.
-    transfer_perf* perf = nullptr;      ///< Measure into this (no clock is read without it).
 };
 
 /// How long a request the kernel keeps refusing is tried again: an io_submit answering EAGAIN
@@ -240,15 +234,17 @@ class engine {
     using clock = std::chrono::steady_clock;
 
   public:
-    /// Moves `segments` of `f` through `context`; afterwards each has its `bytes` and `failure`.
-    /// Throws std::logic_error for a context used by two threads at once or after fork.
-    template <class Context>
+    /// Moves `segments` of `f` through `context` with `Strategy` (sequential or overlapped),
+    /// measuring into `perf` unless it is null; afterwards each segment has its `bytes` and
+    /// `failure`. Throws std::logic_error for a context used by two threads at once or after fork.
+    template <class Strategy, class Context>
     static void move(Context& context, file& f, operation op, segment* segments, std::size_t count,
-                     engine_settings settings) {
+                     const Strategy& policy, transfer_perf* perf) {
         if (count == 0) return;
         context.creator_.require_current("aio_context");
         const auto busy = context.in_use_.acquire("aio_context");
-        context.engine_.run(context.backend_, context.options_, f, op, segments, count, settings);
+        context.engine_.template run<Strategy>(context.backend_, context.options_, f, op, segments,
+                                               count, policy.submit, perf);
     }
 
     /// The context's bounce arena, lent to one batch at a time (detail/batch_engine.hpp) so that
@@ -301,7 +297,8 @@ class engine {
     // What one run works on: set by run(), gone when it returns.
     struct job {
         job(Backend& b, const context_options& options, file& f, operation o, segment* s,
-            std::size_t n, engine_settings how, const std::vector<segment_state>& state)
+            std::size_t n, submit_mode submit, transfer_perf* measure,
+            const std::vector<segment_state>& state)
             : backend(b),
               target(f),
               op(o),
@@ -309,7 +306,8 @@ class engine {
               count(n),
               queue_depth(options.queue_depth),
               unit(f.required_alignment()),
-              settings(how),
+              one_request_per_call(submit == submit_mode::single),
+              perf(measure),
               spin(options.spin),
               cursor(b, f, s, n, state, options.block_size),
               slot_count(options.queue_depth) {}
@@ -321,7 +319,8 @@ class engine {
         const std::size_t count;
         const unsigned queue_depth;
         const std::size_t unit;  // 1 when buffered
-        const engine_settings settings;
+        const bool one_request_per_call;
+        transfer_perf* const perf;  // measure into this (no clock is read without it)
         const clock::duration spin;
         request_cursor<Backend> cursor;
         unsigned slot_count;      // requests in flight at most: queue depth, or more pieces
@@ -338,11 +337,12 @@ class engine {
         return std::chrono::duration<double, std::micro>(d).count();
     }
 
+    template <class Strategy>
     void run(Backend& backend, const context_options& options, file& target, operation op,
-             segment* segments, std::size_t count, engine_settings settings) {
-        job j(backend, options, target, op, segments, count, settings, state_);
+             segment* segments, std::size_t count, submit_mode submit, transfer_perf* perf) {
+        constexpr bool drain_before_refill = Strategy::kind == strategy_kind::sequential;
+        job j(backend, options, target, op, segments, count, submit, perf, state_);
         job_ = &j;
-        transfer_perf* const perf = settings.perf;
         const clock::time_point start = perf != nullptr ? clock::now() : clock::time_point{};
         std::size_t body_total = 0;
         state_.assign(count, {});  // no allocation once it is large enough
@@ -373,20 +373,20 @@ class engine {
         if (perf != nullptr) {
             const std::size_t expected =
                 body_total / j.cursor.request_size() + count + 2 * j.slot_count;
-            submit_samples_.reserve(settings.one_request_per_call ? expected : expected / 2 + 1);
+            submit_samples_.reserve(j.one_request_per_call ? expected : expected / 2 + 1);
             completion_samples_.reserve(expected);
         }
 
         if (op == operation::write) reserve_write_runs(target, segments, count);
         while (!j.lost) {
-            if (!settings.drain_before_refill || j.inflight == 0) fill();
+            if (!drain_before_refill || j.inflight == 0) fill();
             submit_pending();
             if (j.lost) break;
             if (j.inflight == 0) {
                 if (j.cursor.exhausted()) break;
                 continue;
             }
-            reap(settings.drain_before_refill ? j.inflight : 1);
+            reap(drain_before_refill ? j.inflight : 1);
         }
         finish_synchronously();
 
@@ -483,7 +483,7 @@ class engine {
 
     void submit_pending() {
         job& j = *job_;
-        transfer_perf* const perf = j.settings.perf;
+        transfer_perf* const perf = j.perf;
         std::size_t sent = 0;
         retry_budget backoff;
         while (!j.lost) {
@@ -494,7 +494,7 @@ class engine {
             // and dispatches nothing until the call ends; so the device always has work while the
             // next call is prepared, and a full queue still takes what is ready in one call.
             const std::size_t count =
-                j.settings.one_request_per_call
+                j.one_request_per_call
                     ? 1
                     : std::min(pending_.size() - sent, std::max<std::size_t>(1, j.inflight));
             const clock::time_point before = perf != nullptr ? clock::now() : clock::time_point{};
@@ -542,7 +542,7 @@ class engine {
         } while (got == -EINTR);
         if (got > 0) {
             const clock::time_point now =
-                job_->settings.perf != nullptr ? clock::now() : clock::time_point{};
+                job_->perf != nullptr ? clock::now() : clock::time_point{};
             for (int i = 0; i < got; ++i)
                 complete(completions_[static_cast<std::size_t>(i)], now);
         }
@@ -633,8 +633,7 @@ class engine {
             return;
         }
         ++j.requests;
-        if (j.settings.perf != nullptr)
-            completion_samples_.push_back(microseconds(now - s.submitted));
+        if (j.perf != nullptr) completion_samples_.push_back(microseconds(now - s.submitted));
         const auto moved = static_cast<std::size_t>(c.result);
         if (moved > s.length - s.done) {
             fail(s.segment,

@@ -20,16 +20,9 @@ namespace nvmeio {
 
 /// A queue of asynchronous requests served by `Backend` (libaio by default).
 ///
-/// Not thread-safe: use one context per thread (issue transfers from one thread at a time). Two
-/// threads running transfers on one context at once is misuse that nvmeio detects: the second
-/// gets an `std::logic_error` at once, before it touches the queue, and the first is unaffected
-/// (a flag set for the duration of each transfer: one atomic exchange).
-///
-/// fork: the context belongs to the process that created it. In a child, a transfer on an
-/// inherited context is an `std::logic_error` (an io_uring's rings are shared with the parent,
-/// so a child reaping them would steal the parent's completions); destroying it is harmless (it
-/// releases the child's copy only and waits for nothing). Create new contexts in the child.
-///
+/// Not thread-safe: one context per thread. Two threads running transfers on it at once, or a
+/// child after fork using it, get an `std::logic_error` before anything touches the queue, and the
+/// rightful user is unaffected (docs/GUARANTEES.md 8); a child destroying it waits for nothing.
 /// Destroying it waits for requests still in flight.
 template <class Backend = libaio_backend>
 class basic_aio_context {

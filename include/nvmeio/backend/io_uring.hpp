@@ -34,33 +34,14 @@ namespace nvmeio {
 
 /// io_uring. One ring per instance; not thread-safe (one per thread, like libaio_backend).
 ///
-/// One thread's ring: where the kernel allows, the ring is set up for one thread
-/// (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1+; SINGLE_ISSUER alone on 6.0), disabled, and the
-/// first thread that submits enables it and becomes its issuer: the kernel then runs completion
-/// work only when that thread waits, with no interrupt and less locking. Used later from another
-/// thread (one at a time, as contexts are), the backend sets up a plain ring in its place, once,
-/// and registers its files and buffers there again; memory it pinned is pinned again as it
-/// moves. Uncached I/O (RWF_DONTCACHE) gets a plain ring at its first request: on DEFER_TASKRUN
-/// one request's pages stayed cached now and then (uncached_test, 10 runs of 40 under TSan).
-/// `set_single_issuer(false)` starts with a plain ring; no registered ring descriptor
-/// (docs/perf/ring_flags.md says why).
-///
-/// A request accepted by `submit` is in the submission ring: if the kernel does not consume it
-/// at once (io_uring_enter answered EAGAIN or EBUSY), the next `reap` hands it over, so an
-/// accepted request is never lost and never submitted twice.
-///
-/// Signals: an interrupted wait returns -EINTR (the engine calls again). A request the kernel
-/// cannot finish inline goes to the thread's io-wq workers; when one cannot be started (a signal
-/// during the clone, RLIMIT_NPROC, pids.max) it completes with -ECANCELED, which the engine
-/// resubmits: nvmeio never cancels a request itself.
-///
-/// Pin once: memory nvmeio allocated (every aligned_buffer) is registered with the ring when
-/// requests move bytes through it a second time, and let go before it is freed
-/// (backend/io_uring_buffers.hpp); `set_pin_once(false)` (context_options::pin_once) turns that
-/// off. `register_buffers` and `register_files` register other buffers and descriptors by hand
-/// (backend/io_uring_files.hpp), kept until `unregister_buffers` / `unregister_files`. A request
-/// whose memory lies in a registered buffer becomes READ_FIXED/WRITE_FIXED, and one on a
-/// registered file's descriptor uses IOSQE_FIXED_FILE (found by address and descriptor).
+/// Where the kernel allows, the ring serves one thread (SINGLE_ISSUER | DEFER_TASKRUN): the first
+/// thread that submits becomes its issuer; used later from another thread, or for uncached I/O,
+/// the backend sets up a plain ring in its place, once, with its registrations
+/// (docs/perf/ring_flags.md). A request `submit` accepted is never lost nor submitted twice (the
+/// next `reap` hands over what the kernel did not take). -EINTR and -ECANCELED (an io-wq worker
+/// that could not start) go to the engine, which calls again or resubmits. Pin once: memory
+/// nvmeio allocated is registered with the ring when it moves a second time
+/// (backend/io_uring_buffers.hpp); buffers and files can be registered by hand too.
 class io_uring_backend {
   public:
     /// The backend's name in reports.

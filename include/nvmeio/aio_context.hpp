@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "nvmeio/backend/libaio.hpp"
-#include "nvmeio/detail/context_guard.hpp"
 #include "nvmeio/detail/engine.hpp"
+#include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/transfer.hpp"
 

@@ -117,7 +117,7 @@ class counting_io_uring : public io_uring_backend {
 };
 
 // nvmeio's memory of 4 KiB pages whatever the system's transparent huge pages setting: memory
-// of huge pages would stay whole on a device (backend/io_uring_requests.hpp).
+// of huge pages would stay whole on a device (io_uring_backend::request_length).
 aligned_buffer small_pages(std::size_t size) {
     aligned_buffer buffer(size);
     (void)::madvise(buffer.data(), buffer.capacity(), MADV_NOHUGEPAGE);

@@ -5,11 +5,12 @@
 
 #include "nvmeio/backend/io_uring_buffers.hpp"
 #include "nvmeio/backend/io_uring_files.hpp"
-#include "nvmeio/backend/io_uring_requests.hpp"
+#include "nvmeio/backend/io_uring_pagemap.hpp"
 #include "nvmeio/backend/io_uring_support.hpp"
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "nvmeio/aligned_allocator.hpp"
+#include "nvmeio/alignment.hpp"
 #include "nvmeio/backend/request.hpp"
 #include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
@@ -29,6 +31,54 @@
 #endif
 
 namespace nvmeio {
+
+namespace detail {
+
+// How long io_uring's requests may be. io_uring tries each request without blocking first; on
+// a block device under O_DIRECT, a request the block layer would have to split fails that try
+// and is issued again from a kernel worker thread, its pages pinned twice (see queue_limits).
+// So requests are cut to the largest size the device takes whole, and a cut block keeps its
+// bytes in flight: queue depth x pieces requests, within the completion ring and, past the queue
+// depth, the device's queue (docs/perf/ram_device.md, docs/perf/whole_registered.md).
+
+/// Pieces a block of registered memory must make, at least, to go out whole at depth 1.
+inline constexpr std::size_t whole_registered_pieces = 4;
+
+/// Request size and requests in flight at most; when blocks are cut, the length from which a
+/// block of registered memory stays whole.
+struct request_plan {
+    std::size_t request_size = 0;
+    unsigned slots = 0;
+    std::size_t registered_whole_from = 0;
+};
+
+/// The plan for a context of `queue_depth` x `block_size` on a file with `limits`, O_DIRECT
+/// alignment `unit` (when `direct`), through a backend that keeps to the limits and holds
+/// `completion_capacity` (>= queue_depth) completions: what a block is cut to unless it stays
+/// whole, and how many requests are in flight at most. At depth 1 a block of registered memory
+/// stays whole from whole_registered_pieces pieces (nothing overlaps the worker's hand-off
+/// there), deeper from two.
+[[nodiscard]] inline request_plan plan_requests(const queue_limits& limits, bool direct,
+                                                std::size_t unit, std::size_t block_size,
+                                                unsigned queue_depth,
+                                                std::size_t completion_capacity) {
+    const std::size_t whole = limits.unsplit_request_bytes;
+    if (!direct || whole < unit || whole % unit != 0 || whole >= block_size)
+        return {block_size, queue_depth};
+    // Divisions only: a block size may be near SIZE_MAX.
+    const std::size_t pieces = block_size / whole + (block_size % whole != 0 ? 1 : 0);
+    std::size_t slots = pieces > completion_capacity / queue_depth
+                            ? completion_capacity
+                            : std::size_t{queue_depth} * pieces;
+    if (limits.requests > 0)
+        slots = std::min(slots, std::max<std::size_t>(queue_depth, limits.requests));
+    const std::size_t registered_from =
+        queue_depth > 1 ? whole + 1 : whole_registered_pieces * whole;
+    return {whole, static_cast<unsigned>(std::max<std::size_t>(queue_depth, slots)),
+            registered_from};
+}
+
+}  // namespace detail
 
 #if NVMEIO_HAS_IO_URING
 
@@ -171,8 +221,8 @@ class io_uring_backend {
 
     /// How a transfer of `block_size` blocks on `f` is cut (backend/request.hpp): requests are
     /// tried without blocking first, and on a block device one that needs splitting goes to a
-    /// worker thread, so blocks are cut to what the device takes whole
-    /// (backend/io_uring_requests.hpp) unless request_length keeps them whole.
+    /// worker thread, so blocks are cut to what the device takes whole (detail::plan_requests)
+    /// unless request_length keeps them whole.
     [[nodiscard]] request_limits limits_for(const file& f, std::size_t block_size) noexcept {
         plan_ = detail::plan_requests(f.queue_limits(), f.is_direct(), f.required_alignment(),
                                       block_size, queue_depth_, completion_capacity_);

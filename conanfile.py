@@ -3,8 +3,8 @@
 The package is nvmeio's own `cmake --install` tree: headers, nvmeio-config.cmake (which finds
 libaio, xsimd and liburing itself) and nvmeio.pc. Consumers get `nvmeio::nvmeio` from that config,
 so it works both when Conan provides the dependencies and when a profile maps them to the system
-with [platform_requires] (then Conan generates no CMake files for them). See README.md, "Using
-nvmeio in your project".
+with [platform_requires] (then Conan generates no CMake files for them). See docs/INSTALL.md,
+"Conan 2".
 """
 
 import os
@@ -29,6 +29,18 @@ class NvmeioConan(ConanFile):
     default_options = {"with_io_uring": False}
     exports_sources = "include/*", "cmake/*", "CMakeLists.txt", "LICENSE"
     no_copy_source = True
+    # The CMake cache variables generate() sets: the library and its install rules, nothing that
+    # needs a folder not exported (tests/, examples/, bench/, python/: nvmeio_torch would be on by
+    # default where Torch is installed). tests/consumer/recipe_exports.py reads this and
+    # exports_sources (both must stay literals) to configure the exported files as Conan does.
+    _cmake_cache_variables = {
+        "NVMEIO_BUILD_TESTS": False,
+        "NVMEIO_BUILD_EXAMPLES": False,
+        "NVMEIO_BUILD_BENCH": False,
+        "NVMEIO_BUILD_PYTHON": False,
+        "NVMEIO_INSTALL": True,
+        "NVMEIO_WITH_XSIMD": True,
+    }
 
     def set_version(self):
         # Single source: include/nvmeio/version.hpp, as for CMake.
@@ -61,11 +73,8 @@ class NvmeioConan(ConanFile):
 
     def generate(self):
         toolchain = CMakeToolchain(self)
-        toolchain.cache_variables["NVMEIO_BUILD_TESTS"] = False
-        toolchain.cache_variables["NVMEIO_BUILD_EXAMPLES"] = False
-        toolchain.cache_variables["NVMEIO_BUILD_BENCH"] = False
-        toolchain.cache_variables["NVMEIO_INSTALL"] = True
-        toolchain.cache_variables["NVMEIO_WITH_XSIMD"] = True
+        for name, value in self._cmake_cache_variables.items():
+            toolchain.cache_variables[name] = value
         toolchain.cache_variables["NVMEIO_WITH_IO_URING"] = bool(self.options.with_io_uring)
         toolchain.generate()
 

@@ -2,8 +2,15 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <cstring>
+#include <fstream>
+#include <memory>
 #include <nvmeio/aio_context.hpp>
+#include <nvmeio/strategy.hpp>
 #include <string>
+#include <vector>
+
+#include "test_support.hpp"
 
 using namespace nvmeio;
 
@@ -16,6 +23,15 @@ std::string message_of(F&& f) {
         return e.what();
     }
     return "nothing thrown";
+}
+
+// The kernel AIO rings this process has mapped (io_setup maps one "/[aio]" per context).
+int aio_rings() {
+    std::ifstream maps("/proc/self/maps");
+    int count = 0;
+    for (std::string line; std::getline(maps, line);)
+        if (line.find("/[aio]") != std::string::npos) ++count;
+    return count;
 }
 }  // namespace
 
@@ -61,9 +77,26 @@ BOOST_AUTO_TEST_CASE(queue_depth_above_aio_max_nr_is_rejected_not_hung) {
     BOOST_TEST(text.find("aio-max-nr = " + std::to_string(limit)) != std::string::npos, text);
 }
 
+// Each context is a kernel AIO context of its own (one "[aio]" ring mapping each), all of them
+// move bytes while they live together, and each gives its ring back when it dies.
 BOOST_AUTO_TEST_CASE(many_contexts_can_live_at_once) {
-    std::vector<std::unique_ptr<aio_context>> contexts;
-    for (int i = 0; i < 16; ++i)
-        contexts.push_back(std::make_unique<aio_context>(context_options{64, 4096}));
-    BOOST_TEST(contexts.size() == 16u);
+    nvmeio_test::temp_path path("many_contexts");
+    const std::size_t size = 16 * 4096;
+    const std::vector<unsigned char> expected = nvmeio_test::pattern(size, 16);
+    nvmeio_test::spew(path.str(), expected.data(), size);
+    file in(path.str(), open_mode::read);
+    const int rings = aio_rings();
+    {
+        std::vector<std::unique_ptr<aio_context>> contexts;
+        for (int i = 0; i < 16; ++i)
+            contexts.push_back(std::make_unique<aio_context>(context_options{64, 4096}));
+        BOOST_TEST(aio_rings() == rings + 16);
+        aligned_buffer target(size);
+        for (std::size_t i = 0; i < contexts.size(); ++i) {
+            std::memset(target.data(), 0, size);
+            BOOST_TEST(read(*contexts[i], in, target.data(), size, 0).bytes == size);
+            BOOST_TEST(std::memcmp(target.data(), expected.data(), size) == 0, "context " << i);
+        }
+    }
+    BOOST_TEST(aio_rings() == rings);
 }

@@ -2,8 +2,10 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <nvmeio/async.hpp>
 #include <string>
 #include <thread>
@@ -138,31 +140,82 @@ BOOST_AUTO_TEST_CASE(destroying_the_context_finishes_queued_work_without_leaks) 
     BOOST_TEST(nvmeio_test::thread_count() == threads);
 }
 
+// libaio whose submit waits at a gate the test opens, and says when a transfer reached it: the
+// test knows which transfer runs while it cancels the others.
+class gated_backend {
+  public:
+    static constexpr const char* name = "gated";
+    static inline std::mutex mutex;
+    static inline std::condition_variable changed;
+    static inline bool reached = false;
+    static inline bool open = true;
+
+    explicit gated_backend(unsigned queue_depth) : real_(queue_depth) {}
+    int submit(const io_request* requests, std::size_t count) noexcept {
+        {
+            std::unique_lock<std::mutex> lock(mutex);
+            reached = true;
+            changed.notify_all();
+            changed.wait(lock, [] { return open; });
+        }
+        return real_.submit(requests, count);
+    }
+    int reap(io_completion* out, std::size_t min, std::size_t max,
+             const timespec* timeout) noexcept {
+        return real_.reap(out, min, max, timeout);
+    }
+    unsigned queue_depth() const noexcept { return real_.queue_depth(); }
+
+    static void close_gate() {
+        std::lock_guard<std::mutex> lock(mutex);
+        reached = false;
+        open = false;
+    }
+    static void wait_until_reached() {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock, [] { return reached; });
+    }
+    static void open_gate() {
+        std::lock_guard<std::mutex> lock(mutex);
+        open = true;
+        changed.notify_all();
+    }
+
+  private:
+    libaio_backend real_;
+};
+
+// One worker holds the first transfer at the gate: the other nine are queued, and all nine are
+// cancelled; the first finishes with every byte.
 BOOST_AUTO_TEST_CASE(cancelled_transfers_report_operation_canceled) {
     temp_path path("async_cancel");
     const std::size_t size = 64 * block;
-    nvmeio_test::spew(path.str(), nvmeio_test::pattern(size, 6).data(), size);
+    const std::vector<unsigned char> expected = nvmeio_test::pattern(size, 6);
+    nvmeio_test::spew(path.str(), expected.data(), size);
     file in(path.str(), open_mode::read);
     std::vector<aligned_buffer> targets;
     for (int i = 0; i < 10; ++i)
         targets.emplace_back(size);
-    async_context context(options_for(1));
+    basic_async_context<gated_backend> context(options_for(1));
+    gated_backend::close_gate();
     std::vector<transfer_handle> handles;
     for (aligned_buffer& t : targets)
         handles.push_back(async_read(context, in, t.data(), size, 0));
+    gated_backend::wait_until_reached();
     const std::size_t cancelled = context.cancel_pending();
-    std::size_t seen_cancelled = 0;
-    for (transfer_handle& h : handles) {
+    gated_backend::open_gate();
+    BOOST_TEST(cancelled == 9u);
+    for (std::size_t i = 0; i < handles.size(); ++i) {
         std::error_code ec;
-        const transfer_result r = h.wait(ec);
-        if (ec) {
-            BOOST_TEST(ec == std::make_error_code(std::errc::operation_canceled));
-            ++seen_cancelled;
-        } else {
+        const transfer_result r = handles[i].wait(ec);
+        if (i == 0) {
+            BOOST_TEST(!ec, ec.message());
             BOOST_TEST(r.bytes == size);
+            BOOST_TEST(std::memcmp(targets[i].data(), expected.data(), size) == 0);
+        } else {
+            BOOST_TEST(ec == std::make_error_code(std::errc::operation_canceled), "transfer " << i);
         }
     }
-    BOOST_TEST(seen_cancelled == cancelled);
 }
 
 BOOST_AUTO_TEST_CASE(an_empty_handle_is_ready_and_moves) {

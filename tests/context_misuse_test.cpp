@@ -383,10 +383,9 @@ BOOST_AUTO_TEST_CASE(child_using_inherited_contexts_gets_a_logic_error_and_new_o
 
 BOOST_AUTO_TEST_CASE(fork_while_the_parent_transfers_leaves_the_parent_exact) {
     if (NVMEIO_TEST_ASAN) {
-        BOOST_WARN_MESSAGE(false,
-                           "NOT run under AddressSanitizer: its allocator is not fork-safe and the "
-                           "parent's workers allocate while children are forked (see the top of "
-                           "this file); the normal and ThreadSanitizer passes run it");
+        nvmeio_test::skip(
+            "fork during a transfer not run under AddressSanitizer: its allocator is "
+            "not fork-safe (see the top of this file); the other passes run it");
         return;
     }
     nvmeio_test::for_each_backend([](auto tag) {

@@ -160,9 +160,11 @@ BOOST_AUTO_TEST_CASE(a_polling_reap_sees_a_finished_request_without_waiting_for_
     std::string target_path = device.path();
     if (target_path.empty()) {
         const std::string why = "polling reaps tested on a regular file only: " + device.why_not();
-        if (::geteuid() == 0 && device.why_not().find("does not exist") == std::string::npos)
+        if (::geteuid() == 0 && device.why_not().find("does not exist") == std::string::npos) {
             BOOST_ERROR(why);
-        BOOST_WARN_MESSAGE(false, why);
+        } else {
+            nvmeio_test::skip(why);
+        }
         nvmeio_test::spew(path.str(), bytes.data(), size);
         target_path = path.str();
     }

@@ -9,9 +9,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <nvmeio/aio_context.hpp>
 #include <nvmeio/aligned_allocator.hpp>
 #include <nvmeio/backend/libaio.hpp>
 #include <nvmeio/file.hpp>
+#include <nvmeio/detail/memory_registry.hpp>
+#include <nvmeio/strategy.hpp>
 #include <vector>
 
 #include "test_support.hpp"
@@ -222,4 +225,27 @@ BOOST_AUTO_TEST_CASE(errors_come_back_as_negative_errno_in_the_completion) {
     BOOST_TEST_REQUIRE(poll_ready(backend, &done, 1) == 1);
     BOOST_TEST(done.user_data == 7u);
     BOOST_TEST(done.result == -EBADF);
+}
+
+// This program never includes backend/io_uring.hpp, so nothing in it can pin memory: buffers
+// moved through libaio (or nowhere) never join the pin-once registry, and so never take its lock.
+BOOST_AUTO_TEST_CASE(buffers_moved_only_through_libaio_join_no_registry) {
+    detail::memory_registry& registry = detail::memory_registry::instance();
+    BOOST_TEST(!registry.recording());
+    nvmeio_test::temp_path path("libaio_no_registry");
+    const std::size_t size = 16 * block;
+    aio_context context({4, block});
+    aligned_buffer source(size);
+    aligned_buffer sink(size, 4096, {true, true, false});
+    nvmeio_test::fill_pattern(source.data(), size, 12);
+    file f(path.str(), open_mode::write);
+    for (int pass = 0; pass < 2; ++pass) {  // moved again, as pin once would pin it
+        BOOST_TEST(write(context, f, source, size, 0).bytes == size);
+        BOOST_TEST(read(context, f, sink, size, 0).bytes == size);
+    }
+    BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), size, 12));
+    BOOST_TEST(registry.size() == 0u);
+    aligned_buffer moved(std::move(sink));
+    sink = aligned_buffer(size);
+    BOOST_TEST(registry.size() == 0u);
 }

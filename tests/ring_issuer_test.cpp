@@ -183,7 +183,7 @@ BOOST_AUTO_TEST_CASE(a_context_that_moves_to_another_thread_keeps_its_registrati
     std::vector<aligned_buffer> by_hand;
     by_hand.emplace_back(size);
     context.backend().register_buffers(std::move(by_hand));
-    file& source = context.backend().registered_file(0);
+    registered_file_handle& source = context.backend().registered_file(0);
     const registered_buffer mine = context.backend().registered_buffer_at(0);
     aligned_buffer pinned(size);
     file out(write_path.str(), open_mode::write);
@@ -277,7 +277,9 @@ BOOST_AUTO_TEST_CASE(memory_freed_on_another_thread_is_forgotten_at_once_and_let
     if (addresses_come_back) {
         BOOST_TEST_REQUIRE(b.data() == old_address, "malloc did not give the address back");
     } else {
-        BOOST_TEST_MESSAGE("this build's allocator never reuses an address: bytes checked only");
+        nvmeio_test::skip(
+            "a reused address not tested: this build's allocator never reuses one "
+            "(bytes checked only)");
     }
     std::vector<std::byte, aligned_allocator<std::byte>> elsewhere(block);
     worker.run([&] {

@@ -453,24 +453,29 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(with_spin_a_wait_polls_before_it_sleeps, TestType,
 }
 
 // The back-off rule alone: when every poll runs out of time, the waits that poll are the 1st and
-// 2nd, then one after skipping 1, 2, 4, ... 64; a poll that succeeds starts it over.
+// 2nd, then one after skipping 1, 2, 4, ... 64, and 64 from then on; a poll that succeeds starts
+// the failures over but leaves the skips already due.
 BOOST_AUTO_TEST_CASE(polls_that_run_out_of_time_back_off_1_2_4_up_to_64_waits) {
     detail::spin_backoff backoff;
     std::vector<std::size_t> polled;
-    for (std::size_t wait = 1; wait <= 200; ++wait) {
+    for (std::size_t wait = 1; wait <= 396; ++wait) {
         if (!backoff.should_poll()) continue;
         polled.push_back(wait);
         backoff.ran_out();
     }
-    const std::vector<std::size_t> expected = {1, 2, 4, 7, 12, 21, 38, 71, 136};
+    const std::vector<std::size_t> expected = {1, 2, 4, 7, 12, 21, 38, 71, 136, 201, 266, 331, 396};
     BOOST_TEST(polled == expected, boost::test_tools::per_element());
 
-    backoff.succeeded();  // the failures in a row start over, the skips already due stay
+    // The poll at wait 396 ran out: 64 skips are due, and a success does not cancel them.
+    backoff.succeeded();
     std::size_t skipped = 0;
-    while (!backoff.should_poll())
+    while (!backoff.should_poll() && skipped <= 1000)
         ++skipped;
-    BOOST_TEST(skipped <= 64u);
+    BOOST_TEST(skipped == 64u);
     backoff.ran_out();  // the first failure after a success skips nothing
+    BOOST_TEST(backoff.should_poll());
+    backoff.ran_out();  // the second skips one
+    BOOST_TEST(!backoff.should_poll());
     BOOST_TEST(backoff.should_poll());
 }
 

@@ -17,6 +17,7 @@
 #include "fio.hpp"
 #include "heatmap_svg.hpp"
 #include "loop_device.hpp"
+#include "skip.hpp"
 #include "support/machine.hpp"
 #include "test_support.hpp"
 
@@ -336,7 +337,7 @@ BOOST_AUTO_TEST_CASE(tune_sweeps_pin_once_and_single_issuer_as_axes) {
 #if NVMEIO_HAS_IO_URING
     std::error_code why;
     if (!nvmeio::io_uring_supported(why)) {
-        BOOST_WARN_MESSAGE(false, "io_uring axes NOT TESTED: " << why.message());
+        nvmeio_test::skip("io_uring axes not tested: " + why.message());
         return;
     }
     const axis_sweep sweep = sweep_axes(
@@ -530,7 +531,7 @@ BOOST_AUTO_TEST_CASE(a_child_process_cpu_counts_all_its_threads) {
 
 BOOST_AUTO_TEST_CASE(tune_vs_fio_reports_both_rates_and_the_ratio_per_point) {
     if (bench::find_program("fio").empty()) {
-        BOOST_TEST_MESSAGE("fio not installed: comparison not exercised");
+        nvmeio_test::skip("the comparison with fio not tested: fio is not installed");
         return;
     }
     nvmeio_test::temp_path path("tune-fio");
@@ -602,11 +603,12 @@ BOOST_AUTO_TEST_CASE(fio_at_its_best_registers_buffers_and_files_on_io_uring_onl
 
 BOOST_AUTO_TEST_CASE(tune_vs_fio_on_io_uring_reports_fio_at_its_best_beside_it) {
     if (bench::find_program("fio").empty()) {
-        BOOST_TEST_MESSAGE("fio not installed: comparison not exercised");
+        nvmeio_test::skip("the comparison with fio not tested: fio is not installed");
         return;
     }
     if (!nvmeio::io_uring_supported()) {
-        BOOST_TEST_MESSAGE("io_uring refused by this kernel: io_uring comparison not exercised");
+        nvmeio_test::skip(
+            "the comparison with fio on io_uring not tested: the kernel refuses io_uring");
         return;
     }
     nvmeio_test::temp_path path("tune-fio-best");
@@ -641,7 +643,7 @@ BOOST_AUTO_TEST_CASE(tune_vs_fio_on_io_uring_reports_fio_at_its_best_beside_it) 
 // a fio write last.
 BOOST_AUTO_TEST_CASE(tune_vs_fio_write_runs_leave_the_file_content_unchanged) {
     if (bench::find_program("fio").empty()) {
-        BOOST_TEST_MESSAGE("fio not installed: comparison not exercised");
+        nvmeio_test::skip("the comparison with fio not tested: fio is not installed");
         return;
     }
     nvmeio_test::temp_path path("tune-fio-write");
@@ -826,7 +828,7 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         const char* program = std::getenv(c.program);
         if (program == nullptr || *program == '\0') {
             // tests/CMakeLists.txt names every program this build has; say which it has not.
-            BOOST_WARN_MESSAGE(false, "not built here, its cases not tried: " << c.program);
+            nvmeio_test::skip(std::string("not built here, its cases not tried: ") + c.program);
             continue;
         }
         ++tried;
@@ -847,13 +849,13 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
 
 namespace {
 
-// A 16 MiB loop device with 4 KiB sectors holding pattern(size, 21), or a loud reason why not.
+// A 16 MiB loop device with 4 KiB sectors holding pattern(size, 21), or a skip saying why not.
 struct device_fixture {
     static constexpr std::uint64_t size = 16u << 20;
     nvmeio_test::loop_device device{size, 4096, 21};
     bool usable() const {
-        BOOST_WARN_MESSAGE(!device.path().empty(),
-                           "no loop device, block-device cases not run: " << device.why_not());
+        if (device.path().empty())
+            nvmeio_test::skip("block-device cases not run: no loop device: " + device.why_not());
         return !device.path().empty();
     }
     bool unchanged() const {

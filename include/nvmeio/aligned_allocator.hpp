@@ -88,7 +88,8 @@ struct buffer_options {
 ///
 /// Pinned once: an io_uring context that moves bytes through the buffer again registers its
 /// memory with the kernel (backend/io_uring_buffers.hpp), so later requests skip pinning its
-/// pages; freeing the buffer first lets every ring that did so go of it.
+/// pages; freeing the buffer first lets every ring that did so go of it. Only where io_uring is
+/// included (impl/memory_registry.hpp); elsewhere allocating and freeing take no lock.
 class aligned_buffer {
   public:
     /// An empty buffer.
@@ -133,12 +134,15 @@ class aligned_buffer {
             }
             locked_ = true;
         }
+        detail::memory_registry& registry = detail::memory_registry::instance();
+        if (!registry.recording()) return;
         try {
-            detail::memory_registry::instance().add(data_, capacity_);
+            registry.add(data_, capacity_);
         } catch (...) {
             release();
             throw;
         }
+        registry_ = &registry;
     }
 
     aligned_buffer(const aligned_buffer&) = delete;
@@ -179,12 +183,16 @@ class aligned_buffer {
         std::swap(alignment_, other.alignment_);
         std::swap(allocation_alignment_, other.allocation_alignment_);
         std::swap(locked_, other.locked_);
+        std::swap(registry_, other.registry_);
     }
 
   private:
     void release() noexcept {
         if (data_ == nullptr) return;
-        detail::memory_registry::instance().remove(data_);  // no ring keeps it pinned past here
+        // The registry it joined, even if another copy of nvmeio frees it: no ring keeps it
+        // pinned past here.
+        if (registry_ != nullptr) registry_->remove(data_);
+        registry_ = nullptr;
         if (locked_) (void)::munlock(data_, capacity_);
         ::operator delete (data_, std::align_val_t{allocation_alignment_});
         data_ = nullptr;
@@ -198,6 +206,7 @@ class aligned_buffer {
     std::size_t alignment_ = 4096;
     std::size_t allocation_alignment_ = 4096;
     bool locked_ = false;
+    detail::memory_registry* registry_ = nullptr;  // the one it joined (never destroyed)
 };
 
 }  // namespace nvmeio

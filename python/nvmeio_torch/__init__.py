@@ -7,6 +7,11 @@ Use it directly::
     h.async_pread(tensor, "/nvme/x.pt", 0)
     assert h.wait() == 1
 
+Checkpoints in torch's own format, written and read by nvmeio (``checkpoint.py``)::
+
+    nvmeio_torch.save(model.state_dict(), "/nvme/model.pt")   # torch.load reads it
+    state = nvmeio_torch.load("/nvme/model.pt")                # or any torch.save file
+
 or switch a whole DeepSpeed job with one line before it builds its handles::
 
     import nvmeio_torch; nvmeio_torch.use_in_deepspeed()
@@ -20,9 +25,10 @@ during every I/O, ``wait()`` and the destructor; writes never truncate a file.
 
 from . import _C
 from ._C import aio_handle, aio_read, aio_write, deepspeed_memcpy, pin_handle
+from .checkpoint import load, save
 
 __all__ = ["aio_handle", "aio_read", "aio_write", "deepspeed_memcpy", "pin_handle",
-           "use_in_deepspeed"]
+           "use_in_deepspeed", "save", "load"]
 __version__ = _C.nvmeio_version
 io_uring_available = _C.io_uring_available
 

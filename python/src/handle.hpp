@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -63,13 +64,13 @@ struct handle_settings {
     std::string backend = "libaio";  ///< "libaio" or "io_uring".
 };
 
-/// One request: a tensor's bytes and a file range, opened at submit.
+/// One request: the bytes of one tensor, or of a batch of tensors, and their file ranges, opened
+/// at submit. A batch (`batch` set) is one request to `wait()`, as DeepSpeed counts one tensor.
 struct request {
     nvmeio::operation op = nvmeio::operation::read;
-    torch::Tensor tensor;  // kept alive while pending; released by the waiting thread only
-    void* data = nullptr;
-    std::size_t length = 0;
-    std::uint64_t offset = 0;
+    std::vector<torch::Tensor> tensors;  // kept alive while pending; released by the waiting thread
+    std::vector<nvmeio::batch_request> pieces;  // one per tensor: its bytes and file offset
+    bool batch = false;
     nvmeio::file file;
     bool validate = false;
     // Filled by the dispatcher.
@@ -85,7 +86,7 @@ namespace detail {
 class engine {
   public:
     virtual ~engine() = default;
-    virtual std::size_t move(request& r, const nvmeio::transfer_config& config) = 0;
+    virtual nvmeio::batch_outcome move(request& r, const nvmeio::transfer_config& config) = 0;
 };
 
 template <class Backend>
@@ -93,19 +94,26 @@ class engine_on final : public engine {
   public:
     explicit engine_on(const nvmeio::parallel_options& options) : context_(options) {}
 
-    // Bytes moved (less than the length only for a read meeting the end of the file).
-    std::size_t move(request& r, const nvmeio::transfer_config& config) override {
-        const nvmeio::dio_alignment& a = r.file.alignment();
-        if (!r.file.is_direct() || nvmeio::is_aligned(r.data, a.memory)) {
-            return nvmeio::transfer(context_, r.file, r.op, r.data, r.length, r.offset, config)
-                .bytes;
+    // What happened to each piece: bytes moved (less than its length only for a read meeting
+    // the end of the file) or its failure. One aligned tensor goes straight through `transfer`
+    // (the throwing form: its io_error is the request's); anything else through the batch front
+    // end, which coalesces, bounces what O_DIRECT cannot take and keeps one queue full.
+    nvmeio::batch_outcome move(request& r, const nvmeio::transfer_config& config) override {
+        if (!r.batch) {
+            const nvmeio::batch_request& p = r.pieces.front();
+            if (!r.file.is_direct() || nvmeio::is_aligned(p.buffer, r.file.alignment().memory)) {
+                nvmeio::batch_outcome outcome;
+                outcome.results.push_back(
+                    {nvmeio::transfer(context_, r.file, r.op, p.buffer, p.length, p.offset, config)
+                         .bytes,
+                     {}});
+                return outcome;
+            }
         }
         nvmeio::batch_options options;
         options.config = config;
-        return nvmeio::transfer_batch(context_, r.file, r.op, {{r.data, r.length, r.offset}},
-                                      options)
-            .results[0]
-            .bytes;
+        std::error_code ec;  // each piece's failure is in the outcome
+        return nvmeio::transfer_batch(context_, r.file, r.op, r.pieces, options, ec);
     }
 
   private:
@@ -130,17 +138,34 @@ inline std::unique_ptr<engine> make_engine(const handle_settings& s) {
 
 }  // namespace detail
 
-/// Opens `path` for `op` as a request at `offset` with `block_size` blocks needs it: O_DIRECT
-/// where the filesystem and the alignment allow, uncached (else buffered) otherwise. Writes never
+/// True when O_DIRECT at `alignment` can take every piece's offset: in offset order, each
+/// piece that starts off the alignment continues the one before it (the batch front end's rule).
+inline bool offsets_fit(std::vector<nvmeio::batch_request> pieces, std::size_t alignment) {
+    std::sort(pieces.begin(), pieces.end(),
+              [](const auto& a, const auto& b) { return a.offset < b.offset; });
+    std::uint64_t end = 0;
+    bool first = true;
+    for (const nvmeio::batch_request& p : pieces) {
+        if (p.length == 0) continue;
+        if (!nvmeio::is_aligned(p.offset, alignment) && (first || p.offset != end)) return false;
+        end = p.offset + p.length;
+        first = false;
+    }
+    return true;
+}
+
+/// Opens `path` for `op` as the request's pieces and `block_size` blocks need it: O_DIRECT where
+/// the filesystem and the alignment allow, uncached (else buffered) otherwise. Writes never
 /// truncate.
-inline nvmeio::file open_for(const std::string& path, nvmeio::operation op, std::uint64_t offset,
+inline nvmeio::file open_for(const std::string& path, nvmeio::operation op,
+                             const std::vector<nvmeio::batch_request>& pieces,
                              std::size_t block_size) {
     const nvmeio::open_mode mode =
         op == nvmeio::operation::read ? nvmeio::open_mode::read : nvmeio::open_mode::read_write;
     nvmeio::file f(path, mode, nvmeio::direct_io::automatic);
     const nvmeio::dio_alignment& a = f.alignment();
     if (f.is_direct() &&
-        (!nvmeio::is_aligned(offset, a.offset) || !nvmeio::is_aligned(block_size, a.strictest()))) {
+        (!offsets_fit(pieces, a.offset) || !nvmeio::is_aligned(block_size, a.strictest()))) {
         // Uncached where the kernel has it (the tensor's bytes do not stay in the page cache,
         // as they would not with O_DIRECT), else buffered.
         std::error_code refused;
@@ -239,6 +264,19 @@ class aio_handle {
         return wait_locked(released);
     }
 
+    /// Throws std::logic_error when the handle is closed or was created in another process
+    /// (after fork): callers check before opening a request's file, which may create it.
+    void require_usable() const {
+        if (!state_) throw std::logic_error("nvmeio_torch: the aio_handle is closed");
+        if (state_->creator != ::getpid()) {
+            throw std::logic_error(
+                "nvmeio_torch: this aio_handle was created in process " +
+                std::to_string(state_->creator) +
+                "; a child after fork cannot use it (its "
+                "threads exist only in the parent): create a new handle in the child");
+        }
+    }
+
   private:
     struct state {
         explicit state(const handle_settings& s)
@@ -271,23 +309,36 @@ class aio_handle {
         }
 
         void run_one(request& r) {
-            if (r.length == 0) return;
-            const std::size_t bytes = engine->move(r, config);
-            if (bytes < r.length) {  // a read met the end of the file
-                std::error_code ec;
-                const std::uint64_t size = r.file.size(ec);
-                throw nvmeio::io_error(
-                    {std::error_code(ENODATA, std::generic_category()),
-                     "read (the file is " +
-                         (ec ? "shorter" : std::to_string(size) + " bytes long") + ")",
-                     r.file.path(), r.offset, r.length});
+            const nvmeio::batch_outcome outcome = engine->move(r, config);
+            for (std::size_t i = 0; i < outcome.results.size(); ++i) {
+                const nvmeio::batch_result& result = outcome.results[i];
+                const nvmeio::batch_request& p = r.pieces[i];
+                if (!result.failure && result.bytes == p.length) continue;
+                nvmeio::io_failure failure = result.failure;
+                if (!failure) {  // a read met the end of the file
+                    std::error_code ec;
+                    const std::uint64_t size = r.file.size(ec);
+                    failure = {std::error_code(ENODATA, std::generic_category()),
+                               "read (the file is " +
+                                   (ec ? "shorter" : std::to_string(size) + " bytes long") + ")",
+                               r.file.path(), p.offset, p.length};
+                }
+                if (r.batch) {  // name the request, and its own range rather than its I/O's
+                    failure.operation = std::string(to_string(r.op)) + " of batch request " +
+                                        std::to_string(i) + " of " +
+                                        std::to_string(r.pieces.size()) + ": " + failure.operation;
+                    failure.offset = p.offset;
+                    failure.length = p.length;
+                }
+                throw nvmeio::io_error(std::move(failure));
             }
-            if (r.validate) validate(r);
+            if (r.validate && r.pieces.front().length != 0) validate(r);
         }
 
         static void validate(request& r) {
+            const nvmeio::batch_request& p = r.pieces.front();
             const nvmeio::verify_result v =
-                nvmeio::verify_read(r.file.path(), r.data, r.length, r.offset);
+                nvmeio::verify_read(r.file.path(), p.buffer, p.length, p.offset);
             if (v.equal()) return;
             const std::string found =
                 v.file_bytes < v.requested
@@ -296,7 +347,7 @@ class aio_handle {
                           std::to_string(v.mismatches.first);
             throw nvmeio::io_error({std::error_code(EIO, std::generic_category()),
                                     "validate " + std::string(to_string(r.op)) + " (" + found + ")",
-                                    r.file.path(), r.offset, r.length});
+                                    r.file.path(), p.offset, p.length});
         }
 
         std::unique_ptr<detail::engine> engine;
@@ -320,17 +371,6 @@ class aio_handle {
         for (const auto& r : released)
             if (r->error) std::rethrow_exception(r->error);
         return static_cast<int>(released.size());
-    }
-
-    void require_usable() const {
-        if (!state_) throw std::logic_error("nvmeio_torch: the aio_handle is closed");
-        if (state_->creator != ::getpid()) {
-            throw std::logic_error(
-                "nvmeio_torch: this aio_handle was created in process " +
-                std::to_string(state_->creator) +
-                "; a child after fork cannot use it (its "
-                "threads exist only in the parent): create a new handle in the child");
-        }
     }
 
     static handle_settings checked(handle_settings s) {

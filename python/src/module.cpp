@@ -3,6 +3,7 @@
 // tensors are let go of only with the GIL held.
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <torch/extension.h>
 
 #include <cerrno>
@@ -25,31 +26,59 @@ using namespace pybind11::literals;
 namespace nvmeio_torch {
 namespace {
 
-// The bytes of `buffer` as a request: a contiguous CPU tensor (any dtype, any view).
-std::unique_ptr<request> make_request(nvmeio::operation op, const torch::Tensor& buffer,
-                                      std::int64_t offset, bool validate, const char* method) {
-    const std::string where = std::string(method) + ": ";
-    if (!buffer.defined()) throw std::invalid_argument(where + "the buffer is an undefined tensor");
+// The bytes of `buffer` as a piece of a request: a contiguous CPU tensor (any dtype, any view).
+// Messages start with the method and name the arguments as `tensor` and `offset_name` return
+// (called only on failure, so that a batch of many tensors builds no strings).
+template <class TensorName, class OffsetName>
+nvmeio::batch_request piece_of(const torch::Tensor& buffer, std::int64_t offset, const char* method,
+                               TensorName tensor, OffsetName offset_name) {
+    const auto what = [&] { return std::string(method) + ": " + tensor(); };
+    if (!buffer.defined()) throw std::invalid_argument(what() + " is an undefined tensor");
     if (!buffer.is_cpu()) {
-        throw std::invalid_argument(where + "the buffer is on " + buffer.device().str() +
+        throw std::invalid_argument(what() + " is on " + buffer.device().str() +
                                     "; nvmeio_torch moves CPU tensors only (copy it to the CPU, "
                                     "or into new_cpu_locked_tensor memory, first)");
     }
     if (!buffer.is_contiguous()) {
-        throw std::invalid_argument(where +
-                                    "the buffer is not contiguous (call .contiguous() on it)");
+        throw std::invalid_argument(what() + " is not contiguous (call .contiguous() on it)");
     }
     if (offset < 0) {
-        throw std::invalid_argument(where + "file_offset must not be negative (got " +
-                                    std::to_string(offset) + ")");
+        throw std::invalid_argument(std::string(method) + ": " + offset_name() +
+                                    " must not be negative (got " + std::to_string(offset) + ")");
+    }
+    return {buffer.numel() == 0 ? nullptr : buffer.data_ptr(), buffer.nbytes(),
+            static_cast<std::uint64_t>(offset)};
+}
+
+std::unique_ptr<request> make_request(nvmeio::operation op, const torch::Tensor& buffer,
+                                      std::int64_t offset, bool validate, const char* method) {
+    auto r = std::make_unique<request>();
+    r->op = op;
+    r->pieces.push_back(piece_of(
+        buffer, offset, method, [] { return std::string("the buffer"); },
+        [] { return std::string("file_offset"); }));
+    r->tensors.push_back(buffer);
+    r->validate = validate;
+    return r;
+}
+
+// A batch: tensors[i] at offsets[i] of one file.
+std::unique_ptr<request> make_batch(nvmeio::operation op, const std::vector<torch::Tensor>& tensors,
+                                    const std::vector<std::int64_t>& offsets, const char* method) {
+    if (tensors.size() != offsets.size()) {
+        throw std::invalid_argument(std::string(method) + ": " + std::to_string(tensors.size()) +
+                                    " tensors but " + std::to_string(offsets.size()) + " offsets");
     }
     auto r = std::make_unique<request>();
     r->op = op;
-    r->tensor = buffer;
-    r->data = buffer.numel() == 0 ? nullptr : buffer.data_ptr();
-    r->length = buffer.nbytes();
-    r->offset = static_cast<std::uint64_t>(offset);
-    r->validate = validate;
+    r->batch = true;
+    r->pieces.reserve(tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        r->pieces.push_back(piece_of(
+            tensors[i], offsets[i], method, [i] { return "tensor " + std::to_string(i); },
+            [i] { return "offsets[" + std::to_string(i) + "]"; }));
+    }
+    r->tensors = tensors;
     return r;
 }
 
@@ -71,9 +100,10 @@ class py_handle {
     // Opens the file (GIL released: an open can block) and queues or runs the request. Locals
     // go in reverse order: `unlocked` takes the GIL back before `released` lets go of tensors.
     int start(std::unique_ptr<request> r, const std::string& path, bool async) {
+        handle_.require_usable();  // before the open, which may create the file
         request_list released;
         py::gil_scoped_release unlocked;
-        r->file = open_for(path, r->op, r->offset, handle_.settings().block_size);
+        r->file = open_for(path, r->op, r->pieces, handle_.settings().block_size);
         if (async) {
             handle_.submit(std::move(r));
             return 0;
@@ -85,7 +115,7 @@ class py_handle {
         std::string path;
         {
             py::gil_scoped_release unlocked;
-            path = path_of_descriptor(fd, r->op, r->offset);
+            path = path_of_descriptor(fd, r->op, r->pieces.front().offset);
         }
         return start(std::move(r), path, true);
     }
@@ -187,6 +217,22 @@ void def_transfers(py::class_<py_handle>& c) {
                 },
                 "buffer"_a, "filename"_a, "file_offset"_a = 0);
         }
+        for (const bool async : {false, true}) {
+            const char* name = async ? (read ? "async_pread_batch" : "async_pwrite_batch")
+                                     : (read ? "sync_pread_batch" : "sync_pwrite_batch");
+            c.def(
+                name,
+                [op, async, name](py_handle& h, const std::vector<torch::Tensor>& tensors,
+                                  const std::string& filename,
+                                  const std::vector<std::int64_t>& offsets) {
+                    return h.start(make_batch(op, tensors, offsets, name), filename, async);
+                },
+                "tensors"_a, "filename"_a, "offsets"_a,
+                async ? "Queues the batch (one request to wait()); returns 0."
+                      : "Moves every tensor at its offset in one call, waiting for it and every "
+                        "request "
+                        "queued before it; returns how many requests that was (the batch is one).");
+        }
     }
 }
 
@@ -255,6 +301,15 @@ PYBIND11_MODULE(_C, m) {
         "Writes the buffer at the start of the file (never truncating it); returns 0.", "buffer"_a,
         "filename"_a, "block_size"_a, "queue_depth"_a, "single_submit"_a, "overlap_events"_a,
         "validate"_a);
+    m.def(
+        "aligned_tensor",
+        [](std::int64_t nbytes, bool lock) {
+            py::gil_scoped_release unlocked;  // locking a large buffer takes a while
+            return nvmeio_torch::aligned_tensor(nbytes, lock);
+        },
+        "A uint8 tensor of nbytes bytes over fresh 4096-aligned memory that it owns (locked "
+        "where lock asks and the kernel allows).",
+        "nbytes"_a, "lock"_a = false);
     m.def(
         "deepspeed_memcpy",
         [](torch::Tensor& dest, const torch::Tensor& src) {

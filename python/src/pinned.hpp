@@ -31,6 +31,36 @@ namespace nvmeio_torch {
     throw std::invalid_argument("nvmeio: " + message);
 }
 
+/// Fresh page-aligned memory of `bytes` bytes; locked where `lock` asks and the kernel allows
+/// (RLIMIT_MEMLOCK): where it refuses, the memory is still page-aligned, which is all O_DIRECT
+/// needs to move it without a copy.
+inline std::shared_ptr<nvmeio::aligned_buffer> page_aligned(std::size_t bytes, bool lock) {
+    auto memory = std::make_shared<nvmeio::aligned_buffer>();
+    if (lock) {
+        try {
+            *memory = nvmeio::aligned_buffer(bytes, 4096, {false, false, true});
+            return memory;
+        } catch (const nvmeio::io_error&) {  // mlock refused
+        }
+    }
+    *memory = nvmeio::aligned_buffer(bytes, 4096);
+    return memory;
+}
+
+/// A uint8 tensor of `bytes` bytes over fresh page-aligned memory (locked as `page_aligned`
+/// says) that it owns: the memory goes with the last tensor viewing it. The arena that loaded
+/// tensors view, and what O_DIRECT reads into without a copy.
+inline torch::Tensor aligned_tensor(std::int64_t bytes, bool lock) {
+    if (bytes < 0)
+        throw_invalid("aligned_tensor: nbytes must not be negative (got " + std::to_string(bytes) +
+                      ")");
+    std::shared_ptr<nvmeio::aligned_buffer> memory =
+        page_aligned(static_cast<std::size_t>(bytes), lock);
+    return torch::from_blob(
+        memory->data(), {bytes}, [memory](void*) mutable { memory.reset(); },
+        torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCPU));
+}
+
 /// The locked tensors handed out and not yet given back.
 class pinned_registry {
   public:
@@ -41,9 +71,7 @@ class pinned_registry {
     }
 
     /// A tensor of `count` elements of `type` over fresh page-aligned memory, locked where the
-    /// kernel allows (RLIMIT_MEMLOCK); where it refuses, the memory is still page-aligned, so
-    /// transfers stay zero-copy: locking is what DeepSpeed's callers ask for, not what O_DIRECT
-    /// needs.
+    /// kernel allows (`page_aligned`): locking is what DeepSpeed's callers ask for.
     torch::Tensor allocate(std::int64_t count, c10::ScalarType type) {
         if (count < 0) {
             throw_invalid(
@@ -57,12 +85,7 @@ class pinned_registry {
                           std::to_string(item) + " bytes do not fit in memory");
         }
         const std::size_t bytes = static_cast<std::size_t>(count) * item;
-        auto memory = std::make_shared<nvmeio::aligned_buffer>();
-        try {
-            *memory = nvmeio::aligned_buffer(bytes, 4096, {false, false, true});
-        } catch (const nvmeio::io_error&) {  // mlock refused
-            *memory = nvmeio::aligned_buffer(bytes, 4096);
-        }
+        std::shared_ptr<nvmeio::aligned_buffer> memory = page_aligned(bytes, true);
         void* data = memory->data();
         {
             std::lock_guard<std::mutex> lock(state_->mutex);

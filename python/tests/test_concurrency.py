@@ -2,7 +2,6 @@
 
 import os
 import subprocess
-import sys
 import threading
 import time
 
@@ -15,33 +14,54 @@ from conftest import file_bytes, random_bytes
 BIG = 256 << 20  # long enough that a Python thread gets many turns while it moves
 
 
-def progress_during(call):
-    """Runs `call` while a Python thread counts; returns (result, seconds the counter ran during
-    the call at the rate it counted before, seconds the call took). A call holding the GIL lets
-    the counter run one switch interval at most."""
-    state = {"run": True, "count": 0}
+SAMPLES = 64  # places in the big file a watching thread looks at
 
-    def spin():
+
+def sampled_bytes(path):
+    """The file's first 16 bytes at each of the SAMPLES places."""
+    with open(path, "rb") as f:
+        out = []
+        for i in range(SAMPLES):
+            f.seek(i * (BIG // SAMPLES))
+            out.append(torch.frombuffer(bytearray(f.read(16)), dtype=torch.uint8))
+        return out
+
+
+def holds_samples(buffer, expected):
+    return all(torch.equal(buffer[i * (BIG // SAMPLES):][:16], e) for i, e in enumerate(expected))
+
+
+def partial_reads_seen(call, buffer, expected, during=None):
+    """Runs `call` on this thread while another Python thread watches `buffer` fill; returns
+    (result, the partial fills it saw). A fill counts when some but not all of the sampled places
+    held the file's bytes in a look that began after `during["on"]` was set (by the call, when
+    given; else just before it) and ended before the call returned. A read is partial only while
+    it moves, so a fill seen means the watcher ran during the call, which it cannot while the call
+    holds the GIL."""
+    during = during if during is not None else {"on": False}
+    state = {"run": True, "returned": False}
+    seen = set()
+    places = [i * (BIG // SAMPLES) for i in range(SAMPLES)]
+
+    def watch():
         while state["run"]:
-            state["count"] += 1
+            if not during["on"] or state["returned"]:
+                continue
+            done = sum(torch.equal(buffer[p:p + 16], e) for p, e in zip(places, expected))
+            if 0 < done < SAMPLES and not state["returned"]:
+                seen.add(done)
 
-    old_interval = sys.getswitchinterval()
-    sys.setswitchinterval(0.001)
-    t = threading.Thread(target=spin)
+    t = threading.Thread(target=watch)
     t.start()
     try:
-        start_count, start = state["count"], time.monotonic()
-        time.sleep(0.1)  # the main thread sleeps without the GIL: the counter's own rate
-        rate = (state["count"] - start_count) / (time.monotonic() - start)
-        before, started = state["count"], time.monotonic()
+        if not during["on"]:
+            during["on"] = True
         result = call()
-        elapsed = time.monotonic() - started
-        ran = (state["count"] - before) / rate
+        state["returned"] = True
     finally:
         state["run"] = False
         t.join()
-        sys.setswitchinterval(old_interval)
-    return result, ran, elapsed
+    return result, seen
 
 
 @pytest.fixture(scope="module")
@@ -51,41 +71,65 @@ def big_file(tmp_path_factory):
     path = os.path.join(base, f"big_{os.getpid()}.bin")
     h = nvmeio_torch.aio_handle(1 << 20, 8, False, True, 2)
     assert h.sync_pwrite(random_bytes(BIG), path) == 1
-    yield path
+    yield path, sampled_bytes(path)
     os.unlink(path)
+
+
+# A few tries: the watching thread may, on a busy machine, not be scheduled during one read; with
+# the GIL held it can never see a partial read.
+TRIES = 5
 
 
 @pytest.mark.parametrize("how", ["sync_pread", "wait", "pread"])
 def test_another_python_thread_runs_while_a_long_read_moves(big_file, how):
+    path, expected = big_file
     # The handle moves 1 block at a time so that the read takes a while whatever the disk.
     h = nvmeio_torch.aio_handle(64 << 10, 1, True, False, 1)
     buffer = h.new_cpu_locked_tensor(BIG, torch.empty(0, dtype=torch.uint8))
+    in_wait = None
     if how == "sync_pread":
-        call = lambda: h.sync_pread(buffer, big_file)
+        call = lambda: h.sync_pread(buffer, path)
     elif how == "pread":
-        call = lambda: h.pread(buffer, big_file, False, False)
+        call = lambda: h.pread(buffer, path, False, False)
     else:
-        call = lambda: h.async_pread(buffer, big_file) + h.wait()
-    result, ran, elapsed = progress_during(call)
-    assert result == 1
-    # With the GIL held the counter would stand still for the whole call.
-    assert elapsed > 0.05
-    assert ran > 0.3 * elapsed, (ran, elapsed)
+        def call():
+            assert h.async_pread(buffer, path) == 0
+            # The read already moves: only looks from here on count (one that fits between
+            # here and wait() would pass a wait() holding the GIL, but that gap is a few opcodes).
+            in_wait["on"] = True
+            return h.wait()
+    seen = set()
+    for _ in range(TRIES):
+        buffer.zero_()
+        in_wait = {"on": False} if how == "wait" else None
+        result, seen = partial_reads_seen(call, buffer, expected, in_wait)
+        assert result == 1
+        assert holds_samples(buffer, expected)
+        if seen:
+            break
+    assert seen, f"no other Python thread ran during {how} in {TRIES} reads of {BIG} bytes"
 
 
 def test_destroying_a_handle_with_a_pending_read_releases_the_gil(big_file):
-    h = nvmeio_torch.aio_handle(64 << 10, 1, True, False, 1)
+    path, expected = big_file
     buffer = torch.empty(BIG, dtype=torch.uint8)
-    assert h.async_pread(buffer, big_file) == 0
+    seen = set()
+    for _ in range(TRIES):
+        buffer.zero_()
+        h = nvmeio_torch.aio_handle(64 << 10, 1, True, False, 1)
+        assert h.async_pread(buffer, path) == 0
+        destroying = {"on": False}
 
-    def destroy():
-        nonlocal h
-        del h
+        def destroy():
+            nonlocal h
+            destroying["on"] = True
+            del h
 
-    _, ran, elapsed = progress_during(destroy)
-    assert elapsed > 0.05
-    assert ran > 0.3 * elapsed, (ran, elapsed)
-    assert torch.equal(buffer[:4096], file_bytes(big_file)[:4096])  # it finished first
+        _, seen = partial_reads_seen(destroy, buffer, expected, destroying)
+        assert holds_samples(buffer, expected)  # the destructor let the read finish first
+        if seen:
+            break
+    assert seen, f"no other Python thread ran while {TRIES} handles were destroyed"
 
 
 def test_several_handles_from_several_threads_at_once(workdir, backend):

@@ -2,6 +2,7 @@
 # scratch in WORK_DIR. Run by ctest as `cmake -D... -P run_consumer.cmake`.
 #
 #   WAY                find_package | add_subdirectory | fetch_content | pkg_config | bare_include
+#                      | conan_exports (also needs PYTHON, CONANFILE; EXPECT_TORCH optional)
 #   NVMEIO_SOURCE_DIR  nvmeio's source tree
 #   WORK_DIR           an empty-able folder in the build tree
 #   SCRATCH_DIR        where the program writes and reads its O_DIRECT file
@@ -78,6 +79,27 @@ elseif(WAY STREQUAL "pkg_config")
   separate_arguments(_flags UNIX_COMMAND "${_flags}")
   run("${CXX}" -std=c++17 "${_here}/main.cpp" ${_flags} -o "${WORK_DIR}/consumer")
   run("${WORK_DIR}/consumer" "${SCRATCH_DIR}")
+elseif(WAY STREQUAL "conan_exports")
+  # What `conan create` builds: only the files the recipe exports, configured with the cache
+  # variables the recipe sets (every other option at its default, so nvmeio_torch is on where
+  # Torch is found), built and installed; then the find_package consumer against that package.
+  set(_exported "${WORK_DIR}/exported")
+  run("${PYTHON}" "${_here}/recipe_exports.py" "${CONANFILE}" "${NVMEIO_SOURCE_DIR}"
+      "${_exported}" "${WORK_DIR}/recipe_options.txt")
+  file(STRINGS "${WORK_DIR}/recipe_options.txt" _recipe_options)
+  run("${CMAKE_COMMAND}" -S "${_exported}" -B "${WORK_DIR}/nvmeio-build" -G "${GENERATOR}"
+      "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix"
+      -DCMAKE_BUILD_TYPE=Release ${_recipe_options} ${NVMEIO_OPTIONS})
+  # Where this build found Torch, the copy must have seen it too, or python/ went unchecked.
+  if(EXPECT_TORCH)
+    file(STRINGS "${WORK_DIR}/nvmeio-build/CMakeCache.txt" _torch_dir REGEX "^Torch_DIR:")
+    if(NOT _torch_dir OR _torch_dir MATCHES "NOTFOUND")
+      message(FATAL_ERROR "Torch is installed but the exported tree did not find it")
+    endif()
+  endif()
+  run("${CMAKE_COMMAND}" --build "${WORK_DIR}/nvmeio-build")
+  run("${CMAKE_COMMAND}" --install "${WORK_DIR}/nvmeio-build")
+  build_and_run_cmake_consumer(find_package "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix")
 elseif(WAY STREQUAL "bare_include")
   # The headers copied into a project's own tree; nothing but -I and -laio.
   file(COPY "${NVMEIO_SOURCE_DIR}/include/nvmeio" DESTINATION "${WORK_DIR}/third_party")

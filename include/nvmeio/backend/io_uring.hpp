@@ -39,7 +39,7 @@ namespace detail {
 // and is issued again from a kernel worker thread, its pages pinned twice (see queue_limits).
 // So requests are cut to the largest size the device takes whole, and a cut block keeps its
 // bytes in flight: queue depth x pieces requests, within the completion ring and, past the queue
-// depth, the device's queue (docs/perf/ram_device.md, docs/perf/whole_registered.md).
+// depth, the device's queue (docs/perf/causes.md, docs/perf/whole_registered.md).
 
 /// Pieces a block of registered memory must make, at least, to go out whole at depth 1.
 inline constexpr std::size_t whole_registered_pieces = 4;
@@ -293,9 +293,11 @@ class io_uring_backend {
     [[nodiscard]] std::size_t registered_file_count() const noexcept { return files_.count(); }
 
     /// Registered file `index` (in registration order), to transfer through. The backend owns
-    /// it: do not close it or assign to it (another descriptor never uses the registration).
+    /// it: the handle cannot be closed, assigned or swapped (registered_file_handle).
     /// Throws std::invalid_argument for an index past the registered ones.
-    [[nodiscard]] file& registered_file(std::size_t index) { return files_.at(index); }
+    [[nodiscard]] registered_file_handle& registered_file(std::size_t index) {
+        return files_.at(index);
+    }
 
     /// Unregisters the files and gives them back, still open, in registration order (empty
     /// when none were registered). Throws io_error (EBUSY) while requests are in flight.

@@ -7,7 +7,8 @@
 /// registration, instead of once per request.
 ///
 /// Pin once, in detail:
-///  - Which memory: every aligned_buffer (impl/memory_registry.hpp records them). Memory nvmeio
+///  - Which memory: every aligned_buffer this copy of nvmeio allocated (impl/memory_registry.hpp
+///    records them; a shared object with hidden symbols has its own copy). Memory nvmeio
 ///    did not allocate (a std::vector, a tensor, a mapping) is never pinned behind its owner's
 ///    back; register it by hand if you own it.
 ///  - How much, and when: the 64 MiB piece of the buffer that a request falls in, when the
@@ -53,6 +54,10 @@ namespace nvmeio {
 #if NVMEIO_HAS_IO_URING
 
 namespace detail {
+
+// Where a ring can be made, nvmeio's memory is recorded for pinning: from the moment the program
+// or shared object that includes this header is loaded (impl/memory_registry.hpp).
+inline const bool records_memory = (memory_registry::instance().start_recording(), true);
 
 // One ring's registered buffers: see the file comment. Thread-safe: the ring's thread looks up
 // and pins, any thread freeing an aligned_buffer unpins. Also keeps which thread the ring

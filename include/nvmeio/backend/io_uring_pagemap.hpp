@@ -2,7 +2,7 @@
 /// \file backend/io_uring_pagemap.hpp
 /// Which memory huge pages back, for io_uring_backend::request_length: such memory is pinned a
 /// huge page at a time, so a block of it stays whole on a block device even where the plan
-/// cuts (docs/perf/ram_device.md has the measurements).
+/// cuts (docs/perf/causes.md has the measurements).
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
@@ -15,7 +15,7 @@ namespace nvmeio::detail {
 
 /// Asks the kernel which memory huge pages (transparent or hugetlbfs) back, through
 /// PAGEMAP_SCAN (Linux 6.7) on /proc/self/pagemap, opened at the first question and kept until
-/// destruction (opening it per question costs more than the question: docs/perf/ram_device.md).
+/// destruction (opening it per question costs more than the question: docs/perf/causes.md).
 class pagemap {
   public:
     pagemap() = default;

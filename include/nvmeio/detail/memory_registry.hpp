@@ -1,10 +1,16 @@
 #pragma once
 /// \file impl/memory_registry.hpp
-/// The process's record of the memory nvmeio allocated (every aligned_buffer), for pinning it
-/// once: an io_uring ring that meets a request into such memory registers it with the kernel
+/// A record of the memory nvmeio allocated (aligned_buffers), for pinning it once: an io_uring
+/// ring that meets a request into such memory registers it with the kernel
 /// (backend/io_uring_buffers.hpp), and before the memory is freed every ring that did so lets go
 /// of it, so a registration never outlives its memory. Memory nvmeio did not allocate is never
 /// here and is never pinned behind the caller's back.
+///
+/// One registry per copy of nvmeio: a shared object built with hidden symbols has its own. A
+/// buffer remembers the registry it joined and leaves that one, whichever copy frees it; a ring
+/// pins only memory its own copy recorded. Buffers join only where something can pin them: in a
+/// program or shared object that includes backend/io_uring.hpp (which turns recording on as it
+/// is loaded); elsewhere (libaio, no backend) allocating and freeing take no lock here.
 ///
 /// Locks: the registry's mutex is taken before a pinner's own; a pinner never calls the registry
 /// while holding its own. fork: the mutex is held across fork (pthread_atfork), so the child
@@ -54,10 +60,17 @@ struct memory_range {
 
 class memory_registry {
   public:
-    // The one registry; never destroyed, so buffers freed during exit still find it.
+    // This copy of nvmeio's registry; never destroyed, so buffers freed during exit (and those
+    // that remember it) still find it.
     static memory_registry& instance() {
         static memory_registry* const registry = new memory_registry;
         return *registry;
+    }
+
+    // Buffers allocated from now on join (see the file comment); never turned off again.
+    void start_recording() noexcept { recording_.store(true, std::memory_order_release); }
+    [[nodiscard]] bool recording() const noexcept {
+        return recording_.load(std::memory_order_acquire);
     }
 
     // Records [data, data + size) as nvmeio's.
@@ -115,6 +128,12 @@ class memory_registry {
         }
     }
 
+    // How many buffers are recorded now.
+    [[nodiscard]] std::size_t size() {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        return buffers_.size();
+    }
+
     // Changes with every buffer added: a gap seen at one generation still holds no registered
     // buffer while the generation is unchanged.
     [[nodiscard]] std::uint64_t generation() const noexcept {
@@ -138,6 +157,7 @@ class memory_registry {
     std::map<std::uintptr_t, entry> buffers_;  // by first address
     std::uint64_t last_id_ = 0;
     std::atomic<std::uint64_t> generation_{0};
+    std::atomic<bool> recording_{false};
 };
 
 }  // namespace nvmeio::detail

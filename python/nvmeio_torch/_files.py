@@ -1,0 +1,74 @@
+"""What the whole-file jobs (checkpoints, safetensors) share: a file replaced atomically, and a
+handle suited to moving whole files."""
+
+import contextlib
+import os
+import secrets
+import stat
+
+from . import _C
+
+
+@contextlib.contextmanager
+def atomic_file(path, durable=True):
+    """Yields the path of a new, empty temporary file beside ``path`` (same folder, so the same
+    filesystem) for the caller to fill. On a normal exit the temporary is renamed over ``path``;
+    with ``durable`` its data is flushed first (``fdatasync``) and the folder synced after, so a
+    crash at any point leaves either the old file or the whole new one. Without ``durable`` the
+    rename is still atomic for other processes, but a power loss may leave an empty or partial
+    new file under ``path``. On an exception the temporary is removed, ``path`` is untouched and
+    the exception propagates.
+
+    As ``open(path, 'wb')`` would: a symlink is followed (its target is replaced, the link
+    stays), and a file replaced keeps its permission bits (a new one gets 0o666 less the umask)."""
+    path = os.path.realpath(os.fspath(path))
+    folder = os.path.dirname(path)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = None
+    # The name cut short so that the temporary's stays within NAME_MAX (255 bytes).
+    stem = os.fsdecode(os.fsencode(os.path.basename(path))[:200])
+    temporary = os.path.join(folder, ".%s.%s.tmp" % (stem, secrets.token_hex(6)))
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            yield temporary
+            if durable:
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    if durable:
+        sync_folder(folder)
+
+
+def sync_folder(folder):
+    """Makes a rename in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_handle(block_size=1 << 20, queue_depth=32, intra_op_parallelism=None, backend=None):
+    """An ``aio_handle`` for whole-file jobs: 1 MiB blocks, a queue of 32 per worker, up to four
+    workers (one per CPU), io_uring where it was built in and the kernel allows it (else libaio;
+    a backend asked for by name gets no fallback)."""
+    if intra_op_parallelism is None:
+        intra_op_parallelism = max(1, min(4, os.cpu_count() or 1))
+    settings = dict(block_size=block_size, queue_depth=queue_depth,
+                    intra_op_parallelism=intra_op_parallelism)
+    if backend is None and _C.io_uring_available:
+        try:
+            return _C.aio_handle(backend="io_uring", **settings)
+        except OSError:  # built in, but refused here (io_uring_disabled, a seccomp filter)
+            pass
+    return _C.aio_handle(backend=backend or "libaio", **settings)

@@ -1,0 +1,496 @@
+"""Checkpoints in torch's own format: ``save``/``load`` as ``torch.save``/``torch.load`` have
+them, with the bytes moved by nvmeio.
+
+The file is what torch.save writes (torch 1.6 and later read it): a zip archive of stored
+records ``<archive>/data.pkl`` (the object, pickled with protocol 2, each storage replaced by a
+persistent id ``('storage', <Storage type>, key, location, numel)``), ``<archive>/data/<key>``
+(each storage's bytes, once however many tensors view it), ``<archive>/version`` and
+``<archive>/byteorder``. ``<archive>`` is the file's name without its extension, as torch.save
+names it. nvmeio's files differ from torch's only where the zip format leaves room: every data
+record starts at a multiple of 4096 bytes (torch: 64), so that it moves with O_DIRECT.
+
+save: Python pickles and plans offsets; the storages go to the file in one asynchronous batch
+(nvmeio's batch front end: O_DIRECT, the handle's workers) while their CRC-32s are computed in
+threads; then the headers and the central directory, in one more batch.
+
+load: the central directory is parsed, then every data record is read in one batch into one
+arena of aligned memory (aligned supersets of the records' ranges); the storages view the arena
+(it lives as long as any of them), and the pickle is read with a persistent_load that hands them
+out. Unpickling is restricted to weights by default.
+"""
+
+import io
+import os
+import pickle
+import sys
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from . import _zip
+
+__all__ = ["save", "load"]
+
+_PROTOCOL = 2  # torch.save's default pickle protocol
+_FORMAT_VERSION = b"3\n"  # what torch 1.6+ writes in <archive>/version for a pickled object
+
+
+# ---------------------------------------------------------------------------------------------
+# Storages across torch versions (1.13: TypedStorage._storage; 2.x: _untyped_storage)
+
+
+def _untyped(typed):
+    storage = getattr(typed, "_untyped_storage", None)
+    return storage if storage is not None else typed._storage
+
+
+def _typed_numel(typed):
+    return typed._size() if hasattr(typed, "_size") else typed.size()
+
+
+def _typed_storage(untyped, dtype):
+    try:
+        return torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
+    except TypeError:  # torch 1.x has no _internal (nor the warning it silences)
+        return torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype)
+
+
+def _storage_bytes(untyped):
+    """A flat uint8 CPU tensor over the storage's bytes (a copy only for a non-CPU storage)."""
+    flat = torch.empty(0, dtype=torch.uint8, device=untyped.device).set_(untyped)
+    return flat if flat.device.type == "cpu" else flat.cpu()
+
+
+_ELEMENT_SIZES = {}
+
+
+def _element_size(dtype):
+    if dtype not in _ELEMENT_SIZES:
+        _ELEMENT_SIZES[dtype] = torch.empty((), dtype=dtype).element_size()
+    return _ELEMENT_SIZES[dtype]
+
+
+# ---------------------------------------------------------------------------------------------
+# save
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles as torch.save does: every storage becomes a persistent id naming its record."""
+
+    def __init__(self, file):
+        super().__init__(file, protocol=_PROTOCOL)
+        self.storages = []  # (key, untyped storage), in the order first met
+        self._keys = {}  # StorageImpl address -> key
+        self._dtypes = {}  # data address -> dtype, to refuse one storage under two dtypes
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.storage.TypedStorage):
+            untyped = _untyped(obj)
+            dtype = obj.dtype
+            storage_type = getattr(torch, obj.pickle_storage_type()
+                                   if hasattr(obj, "pickle_storage_type")
+                                   else obj._pickle_storage_type())
+            numel = _typed_numel(obj)
+        elif isinstance(obj, torch.UntypedStorage):
+            untyped, dtype, storage_type = obj, torch.uint8, torch.UntypedStorage
+            numel = obj.nbytes()
+        else:
+            return None
+        if untyped.data_ptr() != 0:
+            seen = self._dtypes.setdefault(untyped.data_ptr(), dtype)
+            if seen != dtype:
+                raise RuntimeError("Cannot save multiple tensors or storages that view the same "
+                                   f"data as different types ({seen} and {dtype})")
+        key = self._keys.get(untyped._cdata)
+        if key is None:
+            key = self._keys[untyped._cdata] = str(len(self._keys))
+            self.storages.append((key, untyped))
+        location = torch.serialization.location_tag(untyped)
+        return ("storage", storage_type, key, location, numel)
+
+
+def _archive_name(path):
+    name = os.path.splitext(os.path.basename(path))[0]
+    return name or "archive"
+
+
+def save(obj, path, *, durable=True, handle=None):
+    """Saves ``obj`` to ``path`` as ``torch.save(obj, path)`` would: a file torch.load reads.
+
+    Any object torch.save takes; tensors of any dtype and layout, views of one storage saved
+    once and restored sharing it. Every data record starts at a 4 KiB-aligned offset.
+
+    The file is replaced atomically: written as a temporary beside ``path``, then renamed over
+    it. With ``durable=True`` (the default) the data is flushed (``fdatasync``) before the
+    rename and the directory synced after it: once save returns, the new file survives a crash
+    or power loss, and a crash before that leaves the old file (or none) at ``path``, never a
+    torn one. With ``durable=False`` the rename is still atomic for readers and for the process
+    being killed, but after a power loss ``path`` may hold the old file or an empty or partial
+    new one. A save killed midway can leave its temporary beside ``path``
+    (``.<name>.<random>.tmp``); a save that raises removes it.
+
+    ``handle``: the ``aio_handle`` that moves the bytes (default: ``make_handle()``), with no
+    request pending (save waits for its own). Raises the pickler's error for an object that
+    cannot be pickled (before any file is made), OSError with errno and ``path`` as its filename
+    (the temporary as filename2) for I/O failures; ``path`` is then left as it was.
+    """
+    from ._files import atomic_file, make_handle
+
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"nvmeio_torch.save: path must be a file name, not {type(path).__name__}"
+                        " (torch.save writes to file objects)")
+    path = os.fsdecode(os.fspath(path))
+    buffer = io.BytesIO()
+    pickler = _Pickler(buffer)
+    pickler.dump(obj)
+    pickled = buffer.getbuffer()
+    contents = [_storage_bytes(untyped) for _, untyped in pickler.storages]
+
+    archive = _archive_name(path)
+    records = _zip.plan(
+        [(f"{archive}/data.pkl", len(pickled), False)]
+        + [(f"{archive}/data/{key}", t.numel(), True)
+           for (key, _), t in zip(pickler.storages, contents)]
+        + [(f"{archive}/version", len(_FORMAT_VERSION), False),
+           (f"{archive}/byteorder", len(sys.byteorder), False)])
+    if handle is None:
+        handle = make_handle()
+
+    try:
+        with atomic_file(path, durable=durable) as temporary:
+            _write(records, contents, pickled, temporary, handle)
+    except OSError as error:
+        if error.filename == path:
+            raise
+        # The I/O names the temporary; the caller knows the checkpoint's path.
+        raise OSError(error.errno, f"nvmeio_torch.save({path!r}): {error.strerror or error}",
+                      path, None, error.filename) from error
+
+
+def _write(records, contents, pickled, temporary, handle):
+    """Fills the empty file `temporary` with the planned archive: the storages' bytes
+    (`contents`) in one asynchronous batch while their CRC-32s are computed, then the pickle,
+    the headers and the central directory in one more."""
+    data_records = records[1:1 + len(contents)]
+    writes = [(t, r.data_offset) for t, r in zip(contents, data_records) if r.size]
+    pending = False
+    try:
+        if writes:
+            handle.async_pwrite_batch([t for t, _ in writes], temporary,
+                                      [offset for _, offset in writes])
+            pending = True
+        # The CRCs are computed while the data is written.
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as executor:
+            crcs = _zip.crc32_pieces(executor)
+            indices = [crcs.add(t.numpy()) for t in contents]
+            for r, index in zip(data_records, indices):
+                r.crc = crcs.result(index)
+    finally:
+        if pending:
+            handle.wait()
+    records[0].crc = zlib.crc32(pickled)
+    tail = records[1 + len(contents):]
+    tail[0].crc = zlib.crc32(_FORMAT_VERSION)
+    tail[1].crc = zlib.crc32(sys.byteorder.encode())
+
+    # The metadata: the pickle with its header at 0, each data record's local header
+    # before its data, and the small records with the central directory after the last.
+    pieces = [(0, _zip.local_header(records[0]) + pickled.tobytes())]
+    pieces += [(r.header_offset, _zip.local_header(r)) for r in data_records]
+    end = records[-1].end
+    pieces.append((tail[0].header_offset,
+                   _zip.local_header(tail[0]) + _FORMAT_VERSION + _zip.local_header(tail[1])
+                   + sys.byteorder.encode() + _zip.central_directory(records, end)))
+    handle.sync_pwrite_batch([torch.frombuffer(bytearray(b), dtype=torch.uint8)
+                              for _, b in pieces], temporary, [o for o, _ in pieces])
+
+
+# ---------------------------------------------------------------------------------------------
+# load
+
+_STORAGE_DTYPES = {
+    "DoubleStorage": torch.float64, "FloatStorage": torch.float32, "HalfStorage": torch.float16,
+    "BFloat16Storage": torch.bfloat16, "LongStorage": torch.int64, "IntStorage": torch.int32,
+    "ShortStorage": torch.int16, "CharStorage": torch.int8, "ByteStorage": torch.uint8,
+    "BoolStorage": torch.bool, "ComplexDoubleStorage": torch.complex128,
+    "ComplexFloatStorage": torch.complex64, "QUInt8Storage": torch.quint8,
+    "QInt8Storage": torch.qint8, "QInt32Storage": torch.qint32,
+    "QUInt4x2Storage": torch.quint4x2, "QUInt2x4Storage": torch.quint2x4,
+    "UntypedStorage": torch.uint8,
+}
+
+
+class _StorageType:
+    """What a pickled ``torch.<X>Storage`` global stands for: the dtype of its elements."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+
+def _storage_type(name):
+    dtype = _STORAGE_DTYPES.get(name)
+    if dtype is None:
+        dtype = getattr(getattr(torch, name, None), "dtype", None)
+    return _StorageType(dtype) if isinstance(dtype, torch.dtype) else None
+
+
+def _weights_globals():
+    """The globals weights_only admits: containers, torch's tensor rebuilders, dtypes, sizes,
+    devices, and the builtins protocol 2 pickles plain values with."""
+    allowed = {("collections", "OrderedDict"), ("torch", "Size"), ("torch", "Tensor"),
+               ("torch", "device"), ("torch.nn.parameter", "Parameter"),
+               ("torch.serialization", "_get_layout"), ("torch._tensor", "_rebuild_from_type_v2"),
+               ("builtins", "complex"), ("builtins", "set"), ("builtins", "frozenset"),
+               ("builtins", "bytearray"), ("builtins", "slice"), ("builtins", "range"),
+               ("_codecs", "encode")}
+    allowed |= {("torch._utils", name) for name in (
+        "_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_parameter",
+        "_rebuild_parameter_with_state", "_rebuild_sparse_tensor", "_rebuild_sparse_csr_tensor",
+        "_rebuild_meta_tensor_no_storage")}
+    allowed |= {("torch", name) for name in dir(torch)
+                if isinstance(getattr(torch, name, None), torch.dtype)}
+    allowed |= {("torch", name) for name in dir(torch)
+                if name.endswith("Tensor") and isinstance(getattr(torch, name, None), type)}
+    return frozenset(allowed)
+
+
+_WEIGHTS_GLOBALS = None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, path, weights_only, persistent_load):
+        super().__init__(file, encoding="utf-8")
+        self._path = path
+        self._weights_only = weights_only
+        self._persistent_load = persistent_load
+
+    def persistent_load(self, saved_id):
+        return self._persistent_load(saved_id)
+
+    def find_class(self, module, name):
+        module = {"__builtin__": "builtins", "torch.tensor": "torch._tensor"}.get(module, module)
+        if module == "torch" and isinstance(name, str) and name.endswith("Storage"):
+            storage_type = _storage_type(name)
+            if storage_type is not None:
+                return storage_type
+        if self._weights_only:
+            global _WEIGHTS_GLOBALS
+            if _WEIGHTS_GLOBALS is None:
+                _WEIGHTS_GLOBALS = _weights_globals()
+            if (module, name) not in _WEIGHTS_GLOBALS:
+                raise pickle.UnpicklingError(
+                    f"nvmeio_torch.load({self._path!r}): weights_only=True refuses the global "
+                    f"{module}.{name} (only tensors, containers and plain values are "
+                    "unpickled); pass weights_only=False if you trust this file")
+        return super().find_class(module, name)
+
+
+def _restore_location(map_location):
+    """torch.load's map_location rules: None, a location string, a torch.device, a dict from
+    saved location to location, or a callable (storage, location) -> storage or None."""
+    default = torch.serialization.default_restore_location
+    if map_location is None:
+        return default
+    if isinstance(map_location, dict):
+        return lambda storage, location: default(storage, map_location.get(location, location))
+    if isinstance(map_location, (str, bytes)):
+        where = map_location.decode() if isinstance(map_location, bytes) else map_location
+        return lambda storage, location: default(storage, where)
+    if isinstance(map_location, torch.device):
+        return lambda storage, location: default(storage, str(map_location))
+    if callable(map_location):
+        def restore(storage, location):
+            result = map_location(storage, location)
+            return default(storage, location) if result is None else result
+        return restore
+    raise TypeError("nvmeio_torch.load: map_location must be None, a str, a torch.device, a "
+                    f"dict or a callable, not {type(map_location).__name__}")
+
+
+def _spans(entries, directory_offset):
+    """Each entry's extent: from its local header to the next record's header (or the central
+    directory), which holds its header, data and any data descriptor in a well-formed file."""
+    ordered = sorted(entries, key=lambda e: e.header_offset)
+    ends = {}
+    for e, following in zip(ordered, ordered[1:] + [None]):
+        ends[id(e)] = following.header_offset if following is not None else directory_offset
+    return ends
+
+
+def _intervals(ranges, file_size):
+    """The union of [align_down(start), align_up(end)) over ranges, clipped at the file's end,
+    as sorted disjoint (start, end) intervals."""
+    merged = []
+    for start, end in sorted(ranges):
+        start = _zip.align_down(start)
+        end = min(_zip.align_up(end), file_size)
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+def _is_zip(head):
+    return head[:4] in (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def load(path, map_location=None, weights_only=True, handle=None):
+    """Loads what ``torch.save`` (or ``save``) wrote to ``path``, as ``torch.load`` does.
+
+    Reads any zip-format file torch.save writes (torch 1.6 and later), nvmeio's or torch's.
+    Every data record is read through ``handle`` (default: ``make_handle()``, with no request
+    pending) into one arena of 4 KiB-aligned memory; the loaded storages view it, so the bytes
+    are in memory once.
+    The CRC-32s of the records are not checked (torch.load's mmap path does not either).
+
+    ``map_location``: as torch.load's (a str such as ``"cpu"``, a torch.device, a dict from
+    saved location to location, or a callable ``(storage, location)``).
+    ``weights_only=True`` (the default, safer than torch 1.13's): only tensors, containers
+    (dict, OrderedDict, list, tuple, set), plain Python values, dtypes, sizes and devices are
+    unpickled; any other global raises ``pickle.UnpicklingError`` naming it. Pass
+    ``weights_only=False`` only for files you trust (it runs whatever the pickle names).
+
+    A legacy (non-zip) torch file, written with ``_use_new_zipfile_serialization=False``:
+    ``ValueError`` saying so when weights_only is True; handed to ``torch.load`` when it is
+    False. Raises OSError (errno, path) for I/O failures and ValueError naming the file for
+    a malformed archive.
+    """
+    from ._files import make_handle
+
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"nvmeio_torch.load: path must be a file name, not {type(path).__name__}"
+                        " (torch.load reads file objects)")
+    path = os.fsdecode(os.fspath(path))
+    restore_location = _restore_location(map_location)
+    with open(path, "rb") as f:
+        file_size = os.fstat(f.fileno()).st_size
+        head = os.pread(f.fileno(), 4, 0)
+        if not _is_zip(head):
+            if head[:2] == b"\x80\x02" or head[:1] == b"\x80":
+                if not weights_only:
+                    return torch.load(path, map_location=map_location)
+                raise ValueError(
+                    f"{path}: a legacy (non-zip) torch checkpoint, written with "
+                    "_use_new_zipfile_serialization=False; nvmeio_torch.load reads the zip format "
+                    "only (weights_only=False hands legacy files to torch.load)")
+            raise ValueError(f"{path}: not a torch checkpoint (neither a zip archive nor a "
+                             "legacy torch file)")
+        entries, directory_offset = _zip.read_directory(f.fileno(), file_size, path)
+    if not entries:
+        raise ValueError(f"{path}: an empty zip archive, not a torch checkpoint")
+    archive = entries[0].name.split("/", 1)[0] + "/"
+    if "/" not in entries[0].name:
+        raise ValueError(f"{path}: record {entries[0].name!r} is not in an archive folder, as "
+                         "torch.save's records are")
+    by_name = {e.name: e for e in entries}
+    if archive + "constants.pkl" in by_name:
+        raise ValueError(f"{path}: a TorchScript archive; load it with torch.jit.load")
+    pickle_entry = by_name.get(archive + "data.pkl")
+    if pickle_entry is None:
+        raise ValueError(f"{path}: no {archive}data.pkl record: not a torch.save checkpoint")
+    byteorder = by_name.get(archive + "byteorder")
+    data_prefix = archive + "data/"
+    data_entries = {e.name[len(data_prefix):]: e for e in entries
+                    if e.name.startswith(data_prefix)}
+    for e in [pickle_entry] + list(data_entries.values()) + ([byteorder] if byteorder else []):
+        if e.method != 0 or e.compressed_size != e.size:
+            raise ValueError(f"{path}: record {e.name!r} is compressed (method {e.method}); "
+                             "torch.save stores its records uncompressed")
+        if e.flags & 1:
+            raise ValueError(f"{path}: record {e.name!r} is encrypted")
+    span_ends = _spans(entries, directory_offset)
+    for e in [pickle_entry] + list(data_entries.values()) + ([byteorder] if byteorder else []):
+        if e.header_offset + _zip.LOCAL_HEADER_SIZE + e.size > span_ends[id(e)]:
+            raise ValueError(f"{path}: record {e.name!r} ({e.size} bytes, header at "
+                             f"{e.header_offset}) runs into the next record or past the "
+                             "central directory")
+
+    # One batch: the pickle's (and byte order's) extents into a small buffer, every data
+    # record's extent into the arena.
+    small = [pickle_entry] + ([byteorder] if byteorder else [])
+    small_intervals = _intervals([(e.header_offset, span_ends[id(e)]) for e in small], file_size)
+    data_intervals = _intervals([(e.header_offset, span_ends[id(e)])
+                                 for e in data_entries.values()], file_size)
+    buffers, file_offsets = [], []
+
+    def place(intervals, arena):
+        """Requests reading the intervals into arena, one after another at aligned offsets;
+        returns [(file start, file end, arena offset)]."""
+        placed, at = [], 0
+        for start, end in intervals:
+            buffers.append(arena[at:at + end - start])
+            file_offsets.append(start)
+            placed.append((start, end, at))
+            at += _zip.align_up(end - start)
+        return placed
+
+    from . import _C
+
+    small_arena = _C.aligned_tensor(sum(_zip.align_up(e - s) for s, e in small_intervals))
+    arena = _C.aligned_tensor(max(1, sum(_zip.align_up(e - s) for s, e in data_intervals)))
+    small_placed = place(small_intervals, small_arena)
+    data_placed = place(data_intervals, arena)
+    if handle is None:
+        handle = make_handle()
+    handle.sync_pread_batch(buffers, path, file_offsets)
+
+    def record_bytes(e, placed, array):
+        """e's data as a view of array, the buffer its extent was read into at placed."""
+        for start, end, at in placed:
+            if start <= e.header_offset and e.header_offset + _zip.LOCAL_HEADER_SIZE <= end:
+                base = at - start
+                data = _zip.local_data_offset(
+                    array[base + e.header_offset:base + e.header_offset + _zip.LOCAL_HEADER_SIZE],
+                    e.header_offset, path, e.name)
+                if data + e.size > min(span_ends[id(e)], end):
+                    raise ValueError(f"{path}: record {e.name!r} (data at {data}, {e.size} "
+                                     "bytes) overlaps the next record or the central directory")
+                return array[base + data:base + data + e.size]
+        raise ValueError(f"{path}: record {e.name!r} has its local header at "
+                         f"{e.header_offset}, past the end of the file")
+
+    small_array = small_arena.numpy()
+    if byteorder is not None:
+        order = record_bytes(byteorder, small_placed, small_array).tobytes().decode("ascii",
+                                                                                     "replace")
+        if order != sys.byteorder:
+            raise ValueError(f"{path}: saved with {order}-endian data; this machine is "
+                             f"{sys.byteorder}-endian")
+    pickled = record_bytes(pickle_entry, small_placed, small_array).tobytes()
+    del small_array, small_arena
+    array = arena.numpy()
+
+    loaded = {}
+
+    def persistent_load(saved_id):
+        if not isinstance(saved_id, tuple) or len(saved_id) != 5:
+            raise pickle.UnpicklingError(f"{path}: unexpected persistent id {saved_id!r}")
+        typename, storage_type, key, location, numel = saved_id
+        typename = typename.decode("ascii") if isinstance(typename, bytes) else typename
+        if typename != "storage" or not isinstance(storage_type, _StorageType):
+            raise pickle.UnpicklingError(f"{path}: unexpected persistent id {saved_id!r}")
+        location = location.decode("ascii") if isinstance(location, bytes) else location
+        if key not in loaded:
+            e = data_entries.get(key)
+            if e is None:
+                raise ValueError(f"{path}: the pickle refers to a record {data_prefix}{key} "
+                                 "the archive lacks")
+            nbytes = numel * _element_size(storage_type.dtype)
+            if nbytes > e.size:
+                raise ValueError(f"{path}: record {e.name!r} holds {e.size} bytes, the pickle "
+                                 f"wants {nbytes}")
+            view = torch.from_numpy(record_bytes(e, data_placed, array)[:nbytes])
+            untyped = _untyped(view.storage()) if not hasattr(view, "untyped_storage") \
+                else view.untyped_storage()
+            loaded[key] = _typed_storage(restore_location(untyped, location), storage_type.dtype)
+        return loaded[key]
+
+    unpickler = _Unpickler(io.BytesIO(pickled), path, weights_only, persistent_load)
+    result = unpickler.load()
+    validate = getattr(torch._utils, "_validate_loaded_sparse_tensors", None)
+    if validate is not None:
+        validate()
+    return result
+

@@ -20,8 +20,7 @@
 #include <nvmeio/aio_context.hpp>
 #include <nvmeio/backend/io_uring.hpp>
 #include <nvmeio/batch.hpp>
-#include <nvmeio/detail/request_cursor.hpp>
-#include <nvmeio/detail/request_plan.hpp>
+#include <nvmeio/detail/engine.hpp>
 #include <nvmeio/file.hpp>
 #include <nvmeio/parallel.hpp>
 #include <nvmeio/strategy.hpp>
@@ -118,7 +117,7 @@ class counting_io_uring : public io_uring_backend {
 };
 
 // nvmeio's memory of 4 KiB pages whatever the system's transparent huge pages setting: memory
-// of huge pages would stay whole on a device (request_plan.hpp).
+// of huge pages would stay whole on a device (io_uring_backend::request_length).
 aligned_buffer small_pages(std::size_t size) {
     aligned_buffer buffer(size);
     (void)::madvise(buffer.data(), buffer.capacity(), MADV_NOHUGEPAGE);
@@ -363,18 +362,18 @@ BOOST_AUTO_TEST_CASE(a_cut_block_keeps_its_bytes_in_flight_within_the_ring_and_t
     check(plan_requests(loop, true, 4096, largest, 4, 64), 512 * k, 64);
 }
 
-// A cursor over one 4 MiB segment of 2 MiB blocks, cut to 512 KiB unless registered, whose
-// backend registers everything and counts how often it is asked.
+// A cursor over one 4 MiB segment of 2 MiB blocks, cut to 512 KiB unless the backend keeps a
+// block whole, whose backend keeps every block whole and counts how often it is asked.
 struct counting_cursor {
+    static constexpr std::size_t k = 1024, m = 1024 * 1024;
     struct counting_backend {
-        mutable int asks = 0;
-        bool registers(const void*, std::size_t) const noexcept {
+        int asks = 0;
+        request_limits limits_for(const file&, std::size_t) { return {512 * k, 16}; }
+        std::size_t request_length(const std::byte*, std::size_t, std::size_t, std::size_t length) {
             ++asks;
-            return true;
+            return length;
         }
     };
-    static constexpr std::size_t k = 1024, m = 1024 * 1024;
-    static constexpr detail::request_plan plan{512 * k, 16, 512 * k + 1};
 
     counting_backend backend;
     nvmeio_test::temp_path path{"cursor-asks"};
@@ -386,11 +385,10 @@ struct counting_cursor {
         one.length = memory.size();
         return one;
     }();
-    const std::vector<detail::engine_scratch::segment_state> state{{4 * m, 4 * m}};
-    detail::pagemap pages;
-    detail::request_cursor<counting_backend> cursor{backend, pages, f, &s, 1, state, 2 * m};
+    const std::vector<detail::segment_state> state{{4 * m, 4 * m}};
+    detail::request_cursor<counting_backend> cursor{backend, f, &s, 1, state, 2 * m};
 
-    counting_cursor() { cursor.follow(plan); }
+    counting_cursor() { cursor.cut_to(512 * k); }
 };
 
 // Whether a block stays whole is asked once per block, however often the engine comes back to
@@ -417,7 +415,7 @@ BOOST_AUTO_TEST_CASE(a_new_plan_asks_the_waiting_block_again) {
     counting_cursor c;
     BOOST_TEST_REQUIRE(!c.cursor.exhausted());
     BOOST_TEST(c.cursor.next().length == 2 * counting_cursor::m);
-    c.cursor.follow(counting_cursor::plan);
+    c.cursor.cut_to(512 * counting_cursor::k);
     BOOST_TEST(c.cursor.next().length == 2 * counting_cursor::m);  // not the plan's 512 KiB
     BOOST_TEST(c.backend.asks == 2);
 }
@@ -517,8 +515,8 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whol
             }
         }
     }
-    // Memory of huge pages stays whole (request_plan.hpp says why): 1 MiB requests of it need
-    // no split here, and no worker.
+    // Memory of huge pages stays whole (io_uring_backend::request_length says why): 1 MiB requests
+    // of it need no split here, and no worker.
     aligned_buffer huge(size, 4096, buffer_options{true, true, false});
     const bool is_huge = detail::huge_pages_back(huge.data(), size);
     BOOST_TEST_MESSAGE("huge pages: " << (is_huge ? "yes" : "no, cut as 4 KiB pages"));

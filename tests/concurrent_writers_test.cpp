@@ -434,15 +434,14 @@ BOOST_AUTO_TEST_CASE(padded_writes_trimmed_with_trim_padding_race_safely_with_wr
                 std::memcpy(whole.data(), r.bytes.data(), r.length);
                 f.write_at(whole.data(), whole.size(), r.offset);
                 (void)got;
-                io_failure failure;
                 // Where the file ended inside the last unit before, if it did: the test's own
                 // plan knows (a real engine reads it while merging).
                 const std::uint64_t before_end =
                     plan.before.size() > last && plan.before.size() < padded_end
                         ? plan.before.size()
                         : 0;
-                detail::file_door::trim_padding(f, padded_end,
-                                                std::max<std::uint64_t>(end, before_end), failure);
+                const io_failure failure = detail::trim_write_padding(
+                    f, padded_end, std::max<std::uint64_t>(end, before_end));
                 if (failure) throw io_error(failure);
             });
         } catch (const std::exception& e) {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include <nvmeio/backend/request.hpp>
-#include <nvmeio/detail/request_plan.hpp>
+#include <nvmeio/file.hpp>
 
 namespace nvmeio_test {
 
@@ -183,12 +183,17 @@ class fault_backend {
 
     [[nodiscard]] unsigned queue_depth() const noexcept { return inner_.queue_depth(); }
 
-    // Requests on a block device are cut as the inner backend's are (detail/request_plan.hpp),
-    // so faults also strike the pieces of cut requests.
-    static constexpr bool keeps_to_queue_limits =
-        nvmeio::detail::keeps_to_queue_limits<Inner>::value;
-    [[nodiscard]] unsigned completion_capacity() const noexcept {
-        return inner_.completion_capacity();
+    // Requests on a block device are cut as the inner backend's are (backend/request.hpp), and
+    // every block is cut (none stays whole), so that faults strike the pieces of cut requests.
+    template <class I = Inner>
+    auto limits_for(const nvmeio::file& f, std::size_t block_size)
+        -> decltype(std::declval<I&>().limits_for(f, block_size)) {
+        const auto limits = inner_.limits_for(f, block_size);
+        piece_ = limits.request_size;
+        return limits;
+    }
+    std::size_t request_length(const std::byte*, std::size_t, std::size_t, std::size_t) const {
+        return piece_;
     }
 
     // Requests the kernel accepted and the engine has not reaped yet.
@@ -211,6 +216,7 @@ class fault_backend {
     }
 
   private:
+    std::size_t piece_ = 0;  // limits_for's request size
     bool armed(fault f) const noexcept {
         if (injected_ >= plan_.max_faults) return false;
         for (fault k : plan_.kinds) {

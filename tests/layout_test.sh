@@ -2,13 +2,12 @@
 # The floors of include/nvmeio/, which a reviewer would otherwise check by eye:
 #  - a front end (strategy, batch, parallel, async, stripe, verify) includes the vocabulary, the
 #    contexts, the lower public headers and detail/, never another front end;
-#  - detail/ lies below the public headers it serves: it includes detail/, impl/ and the lower
-#    public headers only (never a context, a front end or the umbrella), and those lower headers
-#    (file, the backends, the vocabulary) include no detail/;
-#  - impl/ holds what the lowest public headers (file.hpp, the backends) are made of: file's member
-#    definitions, the per-file size mutex, the cached process id, the record of nvmeio's memory
-#    that io_uring rings pin; it includes nothing of nvmeio's,
-#    so that everything may stand on it.
+#  - detail/ lies below the public headers it serves: it includes detail/ and the lower public
+#    headers only (never a context, a front end or the umbrella);
+#  - those lower headers (file, the backends, the vocabulary) include only the floor of detail/:
+#    the headers that include nothing of nvmeio's (file's member definitions, the per-file size
+#    mutex, the cached process id, the record of nvmeio's memory that io_uring rings pin), so that
+#    everything may stand on them.
 # Prints every include that breaks a rule and fails if there is one.
 set -euo pipefail
 root=${1:-$(dirname "$0")/../include}
@@ -28,23 +27,21 @@ done
 for path in detail/*.hpp; do
   f=${path%.hpp}
   for i in $(includes "$path"); do
-    [[ $i == detail/* || $i == impl/* ]] && continue
+    [[ $i == detail/* ]] && continue
     is_in "$i" $lower && continue
     report "$f" "$i" "detail/ includes a public header above it"
   done
 done
-# The headers detail/ stands on must not stand on detail/ in turn.
+# The headers detail/ stands on stand only on the floor of detail/, which includes nothing.
+is_floor() { [[ -e $1.hpp ]] && [[ -z $(includes "$1.hpp") ]] || { [[ -e $1.ipp ]] && [[ -z $(includes "$1.ipp") ]]; }; }
 for f in $lower backend/*; do
   f=${f%.hpp}
   [[ -e $f.hpp ]] || continue
   for i in $(includes "$f.hpp"); do
-    if [[ $i == detail/* ]]; then report "$f" "$i" "a header under detail/ includes detail/"; fi
+    if [[ $i == detail/* ]] && ! is_floor "$i"; then
+      report "$f" "$i" "a header under detail/ includes detail/ above its floor"
+    fi
   done
-done
-for path in impl/*.hpp impl/*.ipp; do
-  [[ -e $path ]] || continue
-  f=${path%.?pp}
-  for i in $(includes "$path"); do report "$f" "$i" "impl/ lies under everything and includes nothing"; done
 done
 if [[ $bad == 0 ]]; then echo "layout: every include of include/nvmeio/ keeps to the floors"; fi
 exit $bad

@@ -13,7 +13,7 @@
 #include <nvmeio/aligned_allocator.hpp>
 #include <nvmeio/backend/libaio.hpp>
 #include <nvmeio/file.hpp>
-#include <nvmeio/impl/memory_registry.hpp>
+#include <nvmeio/detail/memory_registry.hpp>
 #include <nvmeio/strategy.hpp>
 #include <vector>
 

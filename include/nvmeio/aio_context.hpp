@@ -1,9 +1,8 @@
 #pragma once
 /// \file aio_context.hpp
 /// An asynchronous I/O context: a Backend policy plus the queue depth and block size that every
-/// transfer through it uses. It owns the backend, its settings and the engine's working memory,
-/// and hands them to the engine (detail/engine_door.hpp) for every transfer a front end runs
-/// on it.
+/// transfer through it uses. It owns the backend, its settings and the engine (detail/engine.hpp),
+/// which reaches them as its friend for every transfer a front end runs on it.
 
 #include <chrono>
 #include <cstddef>
@@ -12,29 +11,18 @@
 #include <utility>
 
 #include "nvmeio/backend/libaio.hpp"
-#include "nvmeio/detail/context_guard.hpp"
-#include "nvmeio/detail/engine_scratch.hpp"
+#include "nvmeio/detail/engine.hpp"
+#include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
 
-namespace detail {
-struct engine_door;  // detail/engine_door.hpp
-}  // namespace detail
-
 /// A queue of asynchronous requests served by `Backend` (libaio by default).
 ///
-/// Not thread-safe: use one context per thread (issue transfers from one thread at a time). Two
-/// threads running transfers on one context at once is misuse that nvmeio detects: the second
-/// gets an `std::logic_error` at once, before it touches the queue, and the first is unaffected
-/// (a flag set for the duration of each transfer: one atomic exchange).
-///
-/// fork: the context belongs to the process that created it. In a child, a transfer on an
-/// inherited context is an `std::logic_error` (an io_uring's rings are shared with the parent,
-/// so a child reaping them would steal the parent's completions); destroying it is harmless (it
-/// releases the child's copy only and waits for nothing). Create new contexts in the child.
-///
+/// Not thread-safe: one context per thread. Two threads running transfers on it at once, or a
+/// child after fork using it, get an `std::logic_error` before anything touches the queue, and the
+/// rightful user is unaffected (docs/GUARANTEES.md 8); a child destroying it waits for nothing.
 /// Destroying it waits for requests still in flight.
 template <class Backend = libaio_backend>
 class basic_aio_context {
@@ -67,7 +55,7 @@ class basic_aio_context {
     [[nodiscard]] Backend& backend() noexcept { return backend_; }
 
   private:
-    friend struct detail::engine_door;  // hands the engine the backend, settings and scratch
+    friend class detail::engine<Backend>;  // runs every transfer on the members below
 
     // Whether Backend has a ring that pins memory on its own and serves one thread
     // (io_uring_backend), so that pin_once and single_issuer apply.
@@ -91,7 +79,7 @@ class basic_aio_context {
 
     context_options options_;
     Backend backend_;
-    detail::engine_scratch scratch_;
+    detail::engine<Backend> engine_;  // after backend_: it dies first
     detail::creator_process creator_;
     detail::exclusive_use in_use_;
 };

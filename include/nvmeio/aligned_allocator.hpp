@@ -15,7 +15,7 @@
 
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/error.hpp"
-#include "nvmeio/impl/memory_registry.hpp"
+#include "nvmeio/detail/memory_registry.hpp"
 
 namespace nvmeio {
 

@@ -30,8 +30,8 @@
 #include <utility>
 
 #include "nvmeio/aio_context.hpp"
-#include "nvmeio/detail/context_guard.hpp"
 #include "nvmeio/detail/front_end.hpp"
+#include "nvmeio/detail/process.hpp"
 #include "nvmeio/detail/worker_pool.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"

@@ -40,9 +40,9 @@ struct mismatch_summary {
 namespace detail {
 
 // glibc's memcmp picks the widest registers the CPU has when the program starts; a translation
-// unit compiled for baseline x86-64 (16-byte SSE2 registers) cannot, and runs at ~0.6x memcmp on
-// cache-resident data. There, memcmp finds the equal stretches and our code only looks inside
-// the chunks that differ, which is the common case of validation (almost everything equal).
+// unit compiled for baseline x86-64 (16-byte SSE2 registers) cannot, and is slower than memcmp
+// on cache-resident data (docs/compare.md). There, memcmp finds the equal stretches and our code
+// only looks inside the chunks that differ, the common case of validation.
 inline constexpr std::size_t memcmp_chunk = 16 * 1024;
 #if NVMEIO_DETAIL_COMPARE_USES_XSIMD
 inline constexpr bool prefer_memcmp = simd::byte_lanes < 32;
@@ -50,15 +50,15 @@ inline constexpr bool prefer_memcmp = simd::byte_lanes < 32;
 inline constexpr bool prefer_memcmp = true;
 #endif
 
-// Past the caches the comparison waits on memory, and memcmp streams it best: at 1 GiB the
-// 64-byte-register kernels ran at 0.89x its rate on an AVX-512 AMD EPYC (0.91-0.96x on Intel).
-// So from this size on, every build lets memcmp find the equal stretches too.
+// Past the caches the comparison waits on memory, and memcmp streams it best, even against the
+// 64-byte-register kernels (docs/compare.md). So from this size on, every build lets memcmp find
+// the equal stretches too.
 inline constexpr std::size_t memory_bound = std::size_t{4} << 20;
 
 // Whether memcmp leads a comparison of `n` bytes: equal() is then memcmp, and the two that
 // locate or count differences let it find the equal chunks and look only inside the others.
 // Up to one chunk, every build: a call's set-up costs the SIMD kernels more than glibc's
-// memcmp, which ran 1.04-1.11x the 64-byte kernels at 4-16 KiB (docs/compare.md).
+// memcmp, which is faster than them at 4-16 KiB (docs/compare.md).
 constexpr bool memcmp_leads(std::size_t n) noexcept {
     return prefer_memcmp || n <= memcmp_chunk || n >= memory_bound;
 }

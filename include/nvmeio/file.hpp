@@ -24,54 +24,31 @@
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
+#include "nvmeio/detail/size_lock.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file_modes.hpp"
-#include "nvmeio/impl/size_lock.hpp"
 
 namespace nvmeio {
 
+class file;
+
 namespace detail {
-struct file_door;
+inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uint64_t keep);
 
 /// `RWF_DONTCACHE` (Linux 6.14), which C libraries of 2023 do not name yet.
 inline constexpr int rwf_dontcache = 0x00000080;
 }  // namespace detail
 
-/// An open file. Move-only; closes exactly once.
+/// An open file. Move-only; closes exactly once; a closed or moved-from handle still names its
+/// file (every operation on it is an EBADF io_error). Distinct handles are independent, and one
+/// handle may be used by several threads.
 ///
-/// O_DIRECT rules: the asynchronous transfers (strategy.hpp) need buffer addresses aligned to
-/// `alignment().memory` and file offsets aligned to `alignment().offset`; lengths may be anything
-/// (the unaligned tail is handled here). `read_at` and `write_at` accept any buffer, offset and
-/// length: what is not aligned goes through an internal bounce buffer.
-///
-/// What opens: regular files; block devices (`/dev/nvme0n1`: `size()` from the device, alignment
-/// from its logical block size, never grown; writing past the end is ENOSPC, reading past it
-/// returns the bytes that exist); and the character devices `/dev/null`, `/dev/zero`,
-/// `/dev/random`, `/dev/urandom` (buffered only: with `direct_io::automatic` or `off`). Everything
-/// else is refused at open by an `io_error` that says what the path is and what nvmeio needs:
-/// FIFOs and sockets (no file offsets; a FIFO without a writer is opened without blocking, then
-/// refused), other character devices (terminals wait for input; `/dev/nvme0` is a controller, its
-/// namespace `/dev/nvme0n1` is the block device), directories (EISDIR). A path with a NUL byte
-/// is an `std::invalid_argument`, not a shorter path.
-///
-/// A closed or moved-from handle still knows its path: every operation on it is an `io_error`
-/// (EBADF) naming the file it held.
-///
-/// Thread-safety: distinct handles are independent; one handle may be used by several threads.
-///
-/// Concurrent writers: any number of writers in this process (threads on one handle, several
-/// handles of the file, and every front end built on them) may write disjoint ranges at once,
-/// with any lengths; none loses or damages another's bytes, and the file ends exactly
-/// `max(previous size, every end written)` long. On an O_DIRECT handle the ranges must not share
-/// an alignment unit (`alignment().strictest()` bytes, the O_DIRECT "sector"): the kernel writes
-/// whole units only, so two writers of one unit each rewrite the other's bytes in it with what
-/// they read before (last writer wins for the whole unit). Buffered handles have no such unit.
-///
-/// How (docs/GUARANTEES.md section 7): every change of a regular file's size that nvmeio makes
-/// holds one mutex per file, shared by every handle of it in the process (impl/size_lock.hpp):
-/// a write first extends the file to its end (`reserve_range`), and a last unit that passes the
-/// end is written whole and trimmed back under the mutex. Writers in other processes do not share
-/// the mutex (use one process per file, or ranges whose ends are unit multiples, which never trim).
+/// O_DIRECT: the asynchronous transfers (strategy.hpp) need buffers aligned to
+/// `alignment().memory` and offsets to `alignment().offset`, any length; `read_at`/`write_at` take
+/// anything, bouncing what is not aligned. Opens regular files, block devices and /dev/null,
+/// zero, random, urandom (buffered only); refuses the rest with an io_error saying why
+/// (docs/GUARANTEES.md 5b). Writers of disjoint ranges in one process never damage each other's
+/// bytes, unless two O_DIRECT writers share an alignment unit (docs/GUARANTEES.md 7).
 class file {
   public:
     /// A handle that holds no file.
@@ -286,30 +263,18 @@ class file {
         std::swap(size_lock_, other.size_lock_);
     }
 
-  private:
-    friend struct detail::file_door;  // the engine's way to the rich failure records below
-
-    // read_at, write_at and reserve_range, recording everything about a failure in `failure`.
+    /// read_at, write_at and reserve_range as above, recording the whole failure (operation,
+    /// path, offset, length) in `failure` (empty on success), as a batch's results do.
     std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset,
                         io_failure& failure);
+    /// See read_at(void*, std::size_t, std::uint64_t, io_failure&).
     void write_at(const void* buffer, std::size_t length, std::uint64_t offset,
                   io_failure& failure);
+    /// See read_at(void*, std::size_t, std::uint64_t, io_failure&).
     void reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure);
 
-    // For engines that write a last alignment unit whole and asynchronously: after
-    // `reserve_range(offset, padded_end - offset)` and the write, cuts the padding off again.
-    // Under the file's size mutex, when the file still ends exactly at `padded_end`, its size
-    // becomes `keep` (the writer's end, or where the file ended inside that unit before, if
-    // larger); a file another writer has grown further is left alone. Regular files only; a
-    // no-op for others.
-    void trim_padding(std::uint64_t padded_end, std::uint64_t keep, io_failure& failure) {
-        failure = {};
-        if (kind_ != file_kind::regular || !size_lock_ || keep >= padded_end) return;
-        std::lock_guard<std::mutex> lock(*size_lock_);
-        std::error_code ec;
-        if (size(ec) == padded_end && !ec) truncate_unlocked(keep, ec);
-        if (ec) failure = {ec, "truncate (after a padded write)", path(), keep, 0};
-    }
+  private:
+    friend io_failure detail::trim_write_padding(file&, std::uint64_t, std::uint64_t);
 
     io_failure open_impl(std::string path, open_mode mode, direct_io direct);
     // Whether this process may open a file of `kind` (device `device`); else why not.
@@ -359,8 +324,25 @@ class file {
     std::shared_ptr<std::mutex> size_lock_;  // regular files: shared by the file's handles
 };
 
+namespace detail {
+
+/// For engines that write a last alignment unit whole and asynchronously: after
+/// `reserve_range(offset, padded_end - offset)` and the write, cuts the padding off again. Under
+/// the file's size mutex, when the file still ends exactly at `padded_end`, its size becomes
+/// `keep` (the writer's end, or where the file ended inside that unit before, if larger); a file
+/// another writer has grown further is left alone. Regular files only; a no-op for others.
+inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uint64_t keep) {
+    if (f.kind_ != file_kind::regular || !f.size_lock_ || keep >= padded_end) return {};
+    std::lock_guard<std::mutex> lock(*f.size_lock_);
+    std::error_code ec;
+    if (f.size(ec) == padded_end && !ec) f.truncate_unlocked(keep, ec);
+    if (ec) return {ec, "truncate (after a padded write)", f.path(), keep, 0};
+    return {};
+}
+
+}  // namespace detail
 }  // namespace nvmeio
 
 // The members' definitions.
-#include "nvmeio/impl/file_io.ipp"
-#include "nvmeio/impl/file_open.ipp"
+#include "nvmeio/detail/file_io.ipp"
+#include "nvmeio/detail/file_open.ipp"

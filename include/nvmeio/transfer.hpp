@@ -62,6 +62,22 @@ struct transfer_config {
     bool measure = false;
 };
 
+/// The sequential strategy as a policy: the engine's loop for it submits a round of up to
+/// queue-depth requests and reaps all of them before the next round.
+struct sequential {
+    static constexpr strategy_kind kind = strategy_kind::sequential;  ///< Its run-time name.
+    submit_mode submit = submit_mode::block;  ///< How requests are submitted.
+    bool measure = false;                     ///< As transfer_config::measure.
+};
+
+/// The overlapped strategy as a policy: the engine's loop for it keeps up to queue-depth requests
+/// in flight, submitting new ones as completions arrive.
+struct overlapped {
+    static constexpr strategy_kind kind = strategy_kind::overlapped;  ///< Its run-time name.
+    submit_mode submit = submit_mode::block;  ///< How requests are submitted.
+    bool measure = false;                     ///< As transfer_config::measure.
+};
+
 /// What a transfer did.
 struct transfer_result {
     /// Bytes moved: the requested length, except for a read that met the end of the file, where
@@ -79,27 +95,21 @@ struct context_options {
     /// Bytes per request (>= 1). On an O_DIRECT file it must be a multiple of the file's
     /// alignment; that is checked when a transfer starts, because it depends on the file.
     std::size_t block_size = std::size_t{1} << 20;
-    /// How long a wait for completions first polls the completion ring from user space before
-    /// it sleeps in the kernel; 0 (the default) always sleeps at once. Polling burns the
-    /// waiting thread's CPU but skips the sleep and wake-up, which on a fast device (or a VM,
-    /// where waking a halted vCPU is dear) can cost more than the I/O itself: see
-    /// docs/PERFORMANCE.md ("Waiting for completions"). From the second poll in a row that runs
-    /// out of time, the next waits sleep at once (1, 2, 4, ... up to 64 of them before polling
-    /// again), so a device slower than the limit costs almost nothing extra, while one slow
-    /// completion among quick ones costs only its own wait. At most 1 second.
+    /// How long a wait for completions first polls the completion ring before it sleeps in the
+    /// kernel (at most 1 second); 0, the default, always sleeps at once. Polling burns the
+    /// waiting thread's CPU to skip the sleep and wake-up; polls that keep running out of time
+    /// back off (1, 2, 4, ... 64 waits sleep at once). docs/PERFORMANCE.md ("Waiting for
+    /// completions") says when it pays.
     std::chrono::microseconds spin{0};
     /// Pin once: an io_uring context registers memory nvmeio allocated (every aligned_buffer)
-    /// with its ring when it moves bytes through it a second time, so from then on the kernel
-    /// pins those pages once instead of per request (backend/io_uring_buffers.hpp says how, and
-    /// what happens when the kernel refuses). false leaves every request to pin its own pages,
-    /// as libaio's do.
+    /// with its ring when it moves bytes through it a second time, so the kernel pins those
+    /// pages once instead of per request (backend/io_uring_buffers.hpp). false: every request
+    /// pins its own pages, as libaio's do.
     bool pin_once = true;
     /// One thread's ring: an io_uring context sets its ring up for the one thread that moves
-    /// bytes through it (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1+; SINGLE_ISSUER alone on 6.0),
-    /// bound to the first thread that does, so the kernel runs completion work only when that
-    /// thread waits for it. A context moved to another thread later gets a plain ring there,
-    /// once, with its registrations. false sets up a plain ring from the start (what older
-    /// kernels get anyway). backend/io_uring.hpp says more.
+    /// bytes through it (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1+), so the kernel runs
+    /// completion work only when that thread waits; moved to another thread later, the context
+    /// gets a plain ring there, once (backend/io_uring.hpp). false: a plain ring from the start.
     bool single_issuer = true;
 };
 

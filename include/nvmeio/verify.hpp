@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "nvmeio/compare.hpp"
-#include "nvmeio/detail/file_door.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 
@@ -55,8 +54,7 @@ inline verify_result verify_into(const std::string& path, const void* buffer, st
     std::size_t& done = result.file_bytes;
     while (done < length) {
         const std::size_t want = std::min(chunk.size(), length - done);
-        const std::size_t got =
-            file_door::read_at(reference, chunk.data(), want, offset + done, failure);
+        const std::size_t got = reference.read_at(chunk.data(), want, offset + done, failure);
         if (failure) return result;
         const mismatch_summary part = count_mismatches(expected + done, chunk.data(), got);
         if (part.count != 0) {

@@ -5,10 +5,12 @@
 
 #include "nvmeio/backend/io_uring_buffers.hpp"
 #include "nvmeio/backend/io_uring_files.hpp"
+#include "nvmeio/backend/io_uring_pagemap.hpp"
 #include "nvmeio/backend/io_uring_support.hpp"
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -18,10 +20,11 @@
 #include <vector>
 
 #include "nvmeio/aligned_allocator.hpp"
+#include "nvmeio/alignment.hpp"
 #include "nvmeio/backend/request.hpp"
+#include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
-#include "nvmeio/impl/process.hpp"
 
 #if NVMEIO_HAS_IO_URING
 #include <liburing.h>
@@ -29,44 +32,70 @@
 
 namespace nvmeio {
 
+namespace detail {
+
+// How long io_uring's requests may be. io_uring tries each request without blocking first; on
+// a block device under O_DIRECT, a request the block layer would have to split fails that try
+// and is issued again from a kernel worker thread, its pages pinned twice (see queue_limits).
+// So requests are cut to the largest size the device takes whole, and a cut block keeps its
+// bytes in flight: queue depth x pieces requests, within the completion ring and, past the queue
+// depth, the device's queue (docs/perf/causes.md, docs/perf/whole_registered.md).
+
+/// Pieces a block of registered memory must make, at least, to go out whole at depth 1.
+inline constexpr std::size_t whole_registered_pieces = 4;
+
+/// Request size and requests in flight at most; when blocks are cut, the length from which a
+/// block of registered memory stays whole.
+struct request_plan {
+    std::size_t request_size = 0;
+    unsigned slots = 0;
+    std::size_t registered_whole_from = 0;
+};
+
+/// The plan for a context of `queue_depth` x `block_size` on a file with `limits`, O_DIRECT
+/// alignment `unit` (when `direct`), through a backend that keeps to the limits and holds
+/// `completion_capacity` (>= queue_depth) completions: what a block is cut to unless it stays
+/// whole, and how many requests are in flight at most. At depth 1 a block of registered memory
+/// stays whole from whole_registered_pieces pieces (nothing overlaps the worker's hand-off
+/// there), deeper from two.
+[[nodiscard]] inline request_plan plan_requests(const queue_limits& limits, bool direct,
+                                                std::size_t unit, std::size_t block_size,
+                                                unsigned queue_depth,
+                                                std::size_t completion_capacity) {
+    const std::size_t whole = limits.unsplit_request_bytes;
+    if (!direct || whole < unit || whole % unit != 0 || whole >= block_size)
+        return {block_size, queue_depth};
+    // Divisions only: a block size may be near SIZE_MAX.
+    const std::size_t pieces = block_size / whole + (block_size % whole != 0 ? 1 : 0);
+    std::size_t slots = pieces > completion_capacity / queue_depth
+                            ? completion_capacity
+                            : std::size_t{queue_depth} * pieces;
+    if (limits.requests > 0)
+        slots = std::min(slots, std::max<std::size_t>(queue_depth, limits.requests));
+    const std::size_t registered_from =
+        queue_depth > 1 ? whole + 1 : whole_registered_pieces * whole;
+    return {whole, static_cast<unsigned>(std::max<std::size_t>(queue_depth, slots)),
+            registered_from};
+}
+
+}  // namespace detail
+
 #if NVMEIO_HAS_IO_URING
 
 /// io_uring. One ring per instance; not thread-safe (one per thread, like libaio_backend).
 ///
-/// One thread's ring: where the kernel allows, the ring is set up for one thread
-/// (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1+; SINGLE_ISSUER alone on 6.0), disabled, and the
-/// first thread that submits enables it and becomes its issuer: the kernel then runs completion
-/// work only when that thread waits, with no interrupt and less locking. Used later from another
-/// thread (one at a time, as contexts are), the backend sets up a plain ring in its place, once,
-/// and registers its files and buffers there again; memory it pinned is pinned again as it
-/// moves. Uncached I/O (RWF_DONTCACHE) gets a plain ring at its first request: on DEFER_TASKRUN
-/// one request's pages stayed cached now and then (uncached_test, 10 runs of 40 under TSan).
-/// `set_single_issuer(false)` starts with a plain ring; no registered ring descriptor
-/// (docs/perf/ring_flags.md says why).
-///
-/// A request accepted by `submit` is in the submission ring: if the kernel does not consume it
-/// at once (io_uring_enter answered EAGAIN or EBUSY), the next `reap` hands it over, so an
-/// accepted request is never lost and never submitted twice.
-///
-/// Signals: an interrupted wait returns -EINTR (the engine calls again). A request the kernel
-/// cannot finish inline goes to the thread's io-wq workers; when one cannot be started (a signal
-/// during the clone, RLIMIT_NPROC, pids.max) it completes with -ECANCELED, which the engine
-/// resubmits: nvmeio never cancels a request itself.
-///
-/// Pin once: memory nvmeio allocated (every aligned_buffer) is registered with the ring when
-/// requests move bytes through it a second time, and let go before it is freed
-/// (backend/io_uring_buffers.hpp); `set_pin_once(false)` (context_options::pin_once) turns that
-/// off. `register_buffers` and `register_files` register other buffers and descriptors by hand
-/// (backend/io_uring_files.hpp), kept until `unregister_buffers` / `unregister_files`. A request
-/// whose memory lies in a registered buffer becomes READ_FIXED/WRITE_FIXED, and one on a
-/// registered file's descriptor uses IOSQE_FIXED_FILE (found by address and descriptor).
+/// Where the kernel allows, the ring serves one thread (SINGLE_ISSUER | DEFER_TASKRUN): the first
+/// thread that submits becomes its issuer; used later from another thread, or for uncached I/O,
+/// the backend sets up a plain ring in its place, once, with its registrations
+/// (docs/perf/ring_flags.md). A request `submit` accepted is never lost nor submitted twice (the
+/// next `reap` hands over what the kernel did not take). -EINTR and -ECANCELED (an io-wq worker
+/// that could not start) go to the engine, which calls again or resubmits. Pin once: memory
+/// nvmeio allocated is registered with the ring when it moves a second time
+/// (backend/io_uring_buffers.hpp); buffers and files can be registered by hand too.
 class io_uring_backend {
   public:
     /// The backend's name in reports.
     static constexpr const char* name = "io_uring";
-    /// Requests are tried without blocking first; on a block device one that needs splitting
-    /// goes to a worker thread, so the engine keeps unregistered ones within queue_limits.
-    static constexpr bool keeps_to_queue_limits = true;
 
     /// Creates a ring for up to `queue_depth` requests in flight. Throws std::invalid_argument
     /// for 0 or a depth above the kernel's limit (the message names the limit: 32768 since Linux
@@ -185,10 +214,36 @@ class io_uring_backend {
     /// Whether the ring pins memory nvmeio allocated on its own (see the class comment).
     void set_pin_once(bool on) noexcept { buffers_.set_pin_once(on); }
 
-    /// Whether a request on [memory, memory + length) goes out registered now (pins nothing);
-    /// the engine keeps such requests whole on a block device (detail/request_plan.hpp).
+    /// Whether a request on [memory, memory + length) goes out registered now (pins nothing).
     [[nodiscard]] bool registers(const void* memory, std::size_t length) const noexcept {
         return creator_ == detail::this_process_id() && buffers_.holds(memory, length);
+    }
+
+    /// How a transfer of `block_size` blocks on `f` is cut (backend/request.hpp): requests are
+    /// tried without blocking first, and on a block device one that needs splitting goes to a
+    /// worker thread, so blocks are cut to what the device takes whole (detail::plan_requests)
+    /// unless request_length keeps them whole.
+    [[nodiscard]] request_limits limits_for(const file& f, std::size_t block_size) noexcept {
+        plan_ = detail::plan_requests(f.queue_limits(), f.is_direct(), f.required_alignment(),
+                                      block_size, queue_depth_, completion_capacity_);
+        return {plan_.request_size, plan_.slots};
+    }
+
+    /// How long the requests of the `length`-byte block at `position` of a segment may be (the
+    /// segment: `segment_length` bytes at `segment`): `length` when the block goes out whole,
+    /// else the piece of limits_for. A block stays whole when its memory makes a failed try
+    /// cheap: huge pages back the whole segment (asked at its first block; they are pinned a huge
+    /// page at a time), or it goes out registered (nothing pinned per request) and is at least
+    /// request_plan::registered_whole_from long. Asked at the start of every block, so memory
+    /// pinned once during a transfer stays whole from its next block on.
+    [[nodiscard]] std::size_t request_length(const std::byte* segment, std::size_t segment_length,
+                                             std::size_t position, std::size_t length) noexcept {
+        if (position == 0)
+            huge_ = segment_length > plan_.request_size &&
+                    pages_.huge_pages_back(segment, segment_length);
+        const bool whole = huge_ || (length >= plan_.registered_whole_from &&
+                                     registers(segment + position, length));
+        return whole ? length : plan_.request_size;
     }
 
     /// Whether the ring serves one thread (see the class comment). Turned off, a ring set up
@@ -395,6 +450,9 @@ class io_uring_backend {
     detail::ring_buffers buffers_{ring_, creator_};
     detail::ring_files files_;
     registration_use use_;
+    detail::request_plan plan_;  // limits_for's, for request_length
+    detail::pagemap pages_;      // which memory huge pages back
+    bool huge_ = false;          // huge pages back the segment request_length is asked about
 };
 
 #endif  // NVMEIO_HAS_IO_URING

@@ -46,8 +46,8 @@
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/error.hpp"
-#include "nvmeio/impl/memory_registry.hpp"
-#include "nvmeio/impl/process.hpp"
+#include "nvmeio/detail/memory_registry.hpp"
+#include "nvmeio/detail/process.hpp"
 
 namespace nvmeio {
 

@@ -13,7 +13,7 @@
 #include <system_error>
 #include <vector>
 
-#include "nvmeio/impl/memory_registry.hpp"
+#include "nvmeio/detail/memory_registry.hpp"
 
 namespace nvmeio {
 
@@ -38,9 +38,9 @@ namespace detail {
 // span moved before (through any ring) and the bytes moved cover that span. Notes the move.
 // A piece is pinned only then: a buffer used once (a model loaded into fresh memory) pins
 // nothing and costs what it did unpinned, while one used again is pinned on its second pass,
-// when its pages are present and pinning them takes 1-3 ms per 64 MiB here, against 20-200
-// ms for fresh pages (which the pinning call faults in itself, one by one). Parallel workers
-// share the record, so a worker pins memory that another one moved before.
+// when its pages are present and pinning them is far cheaper than for fresh pages, which the
+// pinning call faults in itself one by one (docs/perf/pin_once.md). Parallel workers share the
+// record, so a worker pins memory that another one moved before.
 inline bool moves_again(std::vector<piece_use>& uses, std::uintptr_t from, std::uintptr_t begin,
                         std::size_t length) {
     auto u = std::find_if(uses.begin(), uses.end(),

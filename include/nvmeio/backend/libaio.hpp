@@ -16,7 +16,7 @@
 
 #include "nvmeio/backend/request.hpp"
 #include "nvmeio/error.hpp"
-#include "nvmeio/impl/process.hpp"
+#include "nvmeio/detail/process.hpp"
 
 // Under valgrind memcheck, only its io_getevents wrapper tells it that the kernel wrote the
 // bytes of a read; reaping from the ring in user space would leave them "uninitialised".

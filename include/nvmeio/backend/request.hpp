@@ -9,7 +9,12 @@
 ///  - `int reap(io_completion* out, std::size_t min, std::size_t max, const timespec* timeout)
 ///    noexcept` — waits for at least `min` completions (or the timeout) and returns how many it
 ///    stored, or `-errno` (`-EINTR` is possible and means "call again");
-///  - `static constexpr const char* name`.
+///  - `static constexpr const char* name`;
+///  - optionally, a backend that cuts requests (io_uring on a block device) has
+///    `request_limits limits_for(const file&, std::size_t block_size)`, asked once per transfer,
+///    and `std::size_t request_length(const std::byte* segment, std::size_t segment_length,
+///    std::size_t position, std::size_t length)`, asked once per block that the piece is
+///    shorter than: the block's length (it goes out whole) or the piece.
 /// A backend never retries, never reorders results and never looks at what a result means.
 
 #include <cstddef>
@@ -29,6 +34,13 @@ struct io_request {
     std::uint64_t user_data = 0;     ///< Returned untouched in the completion.
     /// `RWF_*` flags for the kernel (`RWF_DONTCACHE` on a `direct_io::uncached` file), 0 for none.
     int rw_flags = 0;
+};
+
+/// How a backend cuts a transfer's requests: its longest request (the block size when it does
+/// not cut), and the requests it lets be in flight at once (at least the queue depth).
+struct request_limits {
+    std::size_t request_size = 0;  ///< Bytes per request at most, unless a block stays whole.
+    unsigned slots = 0;            ///< Requests in flight at most.
 };
 
 /// One finished request.

@@ -16,9 +16,8 @@
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
-#include "nvmeio/detail/engine_door.hpp"
+#include "nvmeio/detail/engine.hpp"
 #include "nvmeio/detail/front_end.hpp"
-#include "nvmeio/detail/segment.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/transfer.hpp"
@@ -107,9 +106,9 @@ struct batch_wave {
 // Before a wave of writes: bounced segments get the caller's bytes; those ending inside an
 // alignment unit first get the rest of that unit from the file, read through the queue. Returns
 // where the furthest padded write ends and where the file must end if that is past its end.
-template <class Context>
+template <class Context, class Strategy>
 std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
-    Context& context, file& f, batch_wave& w, const engine_settings& settings,
+    Context& context, file& f, batch_wave& w, const Strategy& policy, transfer_perf* perf,
     const std::vector<batch_request>& requests) {
     const std::size_t unit = f.required_alignment();
     std::vector<segment> units;
@@ -121,7 +120,7 @@ std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
         units.push_back({s.memory + start, s.offset + start, unit, 0, 0, {}});
         owners.push_back(i);
     }
-    move_segments(context, f, operation::read, units.data(), units.size(), settings);
+    engine_of<Context>::move(context, f, operation::read, units.data(), units.size(), policy, perf);
     std::pair<std::uint64_t, std::uint64_t> furthest{0, 0};
     for (std::size_t u = 0; u < units.size(); ++u) {
         if (units[u].failure) {
@@ -179,7 +178,7 @@ void run_groups(Context& context, file& f, operation op, const std::vector<batch
         remaining = needs[k] > SIZE_MAX - remaining ? SIZE_MAX : remaining + needs[k];
     }
 
-    engine_door::arena_loan<Context> loan(context, options.bounce_size);
+    typename engine_of<Context>::template arena_loan<Context> loan(context, options.bounce_size);
     aligned_buffer& arena = loan.arena;
     if (arena.alignment() < arena_alignment) arena = aligned_buffer();
     for (std::size_t k = 0; k < which.size();) {
@@ -234,15 +233,16 @@ void run_groups(Context& context, file& f, operation op, const std::vector<batch
             }
             if (body != g.length) add(g, body, g.length, nullptr);
         }
-        engine_settings settings = settings_for(options.config, nullptr);
+        const auto measured = [&] {
+            return options.config.measure ? &perf.emplace_back() : nullptr;
+        };
         std::pair<std::uint64_t, std::uint64_t> padding{0, 0};  // see fill_bounced_writes
-        if (op == operation::write) {
-            engine_settings merge = settings;
-            if (options.config.measure) merge.perf = &perf.emplace_back();
-            padding = fill_bounced_writes(context, f, w, merge, requests);
-        }
-        if (options.config.measure) settings.perf = &perf.emplace_back();
-        move_segments(context, f, op, w.segments.data(), w.segments.size(), settings);
+        with_policy(options.config, [&](const auto& policy) {   // one engine loop per wave
+            if (op == operation::write)
+                padding = fill_bounced_writes(context, f, w, policy, measured(), requests);
+            engine_of<Context>::move(context, f, op, w.segments.data(), w.segments.size(), policy,
+                                     measured());
+        });
         const io_failure trim = padding.first != 0
                                     ? trim_write_padding(f, padding.first, padding.second)
                                     : io_failure{};

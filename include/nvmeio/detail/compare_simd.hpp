@@ -38,11 +38,10 @@ inline constexpr std::size_t block_registers = 252;
     return nonzero(diff);
 }
 
-// With AVX-512 on the AMD EPYC (Zen 4 class) this was tuned on, 64-byte loads streaming from L2
-// top out near 90 GB/s per buffer while 32-byte loads reach ~108 GB/s; from L1 (both ranges
-// within 48 KiB) and from L3/DRAM the 64-byte loads are 1.1-1.8x faster. So lengths in this band,
-// where a repeated comparison is served from L2, skip their equal prefix with half-width
-// registers (docs/compare.md has the sweep).
+// With AVX-512 on the machine this was tuned on, 32-byte loads streaming from L2 outrun 64-byte
+// ones, while from L1 and from L3/DRAM the 64-byte loads are faster (docs/compare.md has the
+// sweep). So lengths in this band, where a repeated comparison is served from L2, skip their
+// equal prefix with half-width registers.
 inline constexpr std::size_t narrow_from = std::size_t{32} << 10;    ///< first length of the band
 inline constexpr std::size_t narrow_below = std::size_t{192} << 10;  ///< first length past it
 

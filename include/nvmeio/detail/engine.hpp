@@ -3,8 +3,9 @@
 /// The one submit/reap loop every front end runs on. It moves a list of segments (memory, file
 /// offset, length) of one file through a context's backend, keeping the queue full across
 /// segment boundaries, and records a result per segment. A plain transfer is one segment; a batch
-/// or a stripe share is many. The strategy chooses when to refill (after each completion, or
-/// after the whole round) and how to submit (one request per call, or all ready ones).
+/// or a stripe share is many. The loop is a template of the strategy policy (transfer.hpp:
+/// `sequential` refills after the whole round, `overlapped` after each completion); the policy's
+/// submit mode says how to submit (one request per call, or all ready ones).
 ///
 /// Per segment: the aligned prefix (or the whole padded span, see `segment::span`) goes through
 /// the backend in block-size requests; short results are asked again from where they stopped;
@@ -12,7 +13,6 @@
 /// only: nothing more of it is issued, its requests in flight are waited for, the other segments
 /// go on.
 
-#include <fcntl.h>
 #include <time.h>
 
 #include <algorithm>
@@ -20,180 +20,459 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/backend/request.hpp"
-#include "nvmeio/detail/completion_wait.hpp"
-#include "nvmeio/detail/engine_scratch.hpp"
-#include "nvmeio/detail/request_cursor.hpp"
-#include "nvmeio/detail/request_plan.hpp"
-#include "nvmeio/detail/retry_budget.hpp"
-#include "nvmeio/detail/segment.hpp"
-#include "nvmeio/detail/spin_backoff.hpp"
-#include "nvmeio/detail/sync_tail.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/perf.hpp"
 #include "nvmeio/transfer.hpp"
 
-namespace nvmeio {
-namespace detail {
+namespace nvmeio::detail {
 
+/// One range of a transfer.
+struct segment {
+    std::byte* memory = nullptr;  ///< Memory side: aligned like the file's O_DIRECT rules.
+    std::uint64_t offset = 0;     ///< File offset: aligned like the file's O_DIRECT rules.
+    std::size_t length = 0;       ///< Bytes the caller wants moved.
+    /// Bytes of `memory` the I/O may use, 0 for `length`. When it is `length` rounded up to the
+    /// file's alignment (engine-owned memory), the whole segment goes through the queue: a read
+    /// fetches whole units, a write writes whole units whose bytes past `length` the owner has
+    /// merged from the file (and trims the file afterwards, trim_write_padding).
+    std::size_t span = 0;
+    std::size_t bytes = 0;  ///< Result: moved; fewer than `length` only for a read at the end.
+    io_failure failure;     ///< Result: why the segment failed.
+};
+
+/// What the engine keeps per segment while it runs.
+struct segment_state {
+    std::size_t body = 0;         // bytes that go through the backend
+    std::size_t end_of_data = 0;  // where a read met the end of the file
+};
+
+/// How long a request the kernel keeps refusing is tried again: an io_submit answering EAGAIN
+/// with nothing in flight, or completions answering EAGAIN/EINTR/ECANCELED without progress.
+inline constexpr std::chrono::seconds submit_retry_budget{10};
+
+/// Counts `submit_retry_budget` from the first of a run of "try again" answers.
+class retry_budget {
+  public:
+    /// Progress: the next "try again" starts a new budget.
+    void reset() noexcept { deadline_ = {}; }
+    /// Starts the budget on first use; true once it is spent.
+    bool spent() noexcept {
+        const auto now = std::chrono::steady_clock::now();
+        if (deadline_ == std::chrono::steady_clock::time_point{})
+            deadline_ = now + submit_retry_budget;
+        return now >= deadline_;
+    }
+
+  private:
+    std::chrono::steady_clock::time_point deadline_{};
+};
+
+/// Which waits for completions poll before they sleep (context_options::spin). Every wait polls
+/// until polls run out of time twice in a row; from then on the next 1, 2, 4, ... 64 waits sleep
+/// at once before one polls again. A poll that succeeds resets it.
+class spin_backoff {
+  public:
+    /// Whether this wait polls (false: it sleeps at once, and counts as skipped).
+    [[nodiscard]] bool should_poll() noexcept {
+        if (skip_ == 0) return true;
+        --skip_;
+        return false;
+    }
+    /// The poll found what it waited for.
+    void succeeded() noexcept { failures_ = 0; }
+    /// The poll ran out of time.
+    void ran_out() noexcept {
+        if (failures_ < max_failures) ++failures_;
+        skip_ = failures_ < 2 ? 0 : 1U << (failures_ - 2);
+    }
+
+  private:
+    static constexpr unsigned max_failures = 8;  // skips up to 1 << 6 = 64 waits
+    unsigned skip_ = 0;                          // waits left that sleep at once
+    unsigned failures_ = 0;                      // polls in a row that ran out of time
+};
+
+/// Tells the CPU that this thread is spinning (x86 `pause`, Arm `yield`).
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    asm volatile("yield" ::: "memory");
+#endif
+}
+
+// The page an uncached file's requests are cut at (see request_cursor::next).
+inline constexpr std::size_t uncached_page = 4096;
+
+/// Whether `Backend` cuts requests (backend/request.hpp: limits_for and request_length).
+template <class Backend, class = void>
+struct cuts_requests : std::false_type {};
+template <class Backend>
+struct cuts_requests<Backend, std::void_t<decltype(std::declval<Backend&>().limits_for(
+                                  std::declval<const file&>(), std::size_t{}))>> : std::true_type {
+};
+
+/// Where the engine's next request starts and how long it is: the segment and the position in it
+/// not handed out yet, walked block by block. Where the backend cuts requests, each block's
+/// length is asked of it once (backend/request.hpp); on an uncached file a request ends on a
+/// page boundary of the file.
+template <class Backend>
+class request_cursor {
+  public:
+    // The next request: its segment, where it starts in it, its length.
+    struct request_range {
+        std::size_t segment;
+        std::size_t position;
+        std::size_t length;
+    };
+
+    request_cursor(Backend& backend, const file& target, segment* segments, std::size_t count,
+                   const std::vector<segment_state>& state, std::size_t block_size)
+        : backend_(backend),
+          file_(target),
+          segments_(segments),
+          count_(count),
+          state_(state),
+          block_size_(block_size),
+          request_size_(block_size),
+          block_request_(block_size) {}
+
+    // Blocks are cut to `request_size` unless the backend keeps them whole.
+    void cut_to(std::size_t request_size) {
+        request_size_ = block_request_ = request_size;
+        asked_ = false;  // the block at the next position is asked again, under the new size
+    }
+
+    // What a block that does not stay whole is cut to (the block size when blocks are not cut).
+    [[nodiscard]] std::size_t request_size() const noexcept { return request_size_; }
+
+    // Moves past segments with nothing left to hand out; true when none is left.
+    bool exhausted() {
+        while (next_segment_ < count_ &&
+               (segments_[next_segment_].failure || next_position_ >= limit(next_segment_))) {
+            ++next_segment_;
+            next_position_ = 0;
+            asked_ = false;
+        }
+        return next_segment_ >= count_;
+    }
+
+    // The first segment not wholly handed out (after exhausted()).
+    [[nodiscard]] std::size_t segment_index() const noexcept { return next_segment_; }
+
+    // The next request (call after exhausted() answered false); advance() hands it out. Asked
+    // again before that, it is the same request: the block's question is not asked twice.
+    request_range next() {
+        if (request_size_ < block_size_ && next_position_ % block_size_ == 0 && !asked_) {
+            block_request_ = block_request();
+            asked_ = true;
+        }
+        const std::size_t left = limit(next_segment_) - next_position_;
+        std::size_t length = std::min(block_request_, left);
+        if (file_.is_uncached() && length < left) {
+            // A page two requests share is found in the cache by the second and stays there.
+            const std::uint64_t start = segments_[next_segment_].offset + next_position_;
+            const std::uint64_t end = align_down(start + length, uncached_page);
+            if (end > start) length = static_cast<std::size_t>(end - start);
+        }
+        return {next_segment_, next_position_, length};
+    }
+
+    void advance(std::size_t length) noexcept {
+        next_position_ += length;
+        asked_ = false;
+    }
+
+  private:
+    // Bytes of segment `i` that go through the backend, up to where a read met the end of file.
+    [[nodiscard]] std::size_t limit(std::size_t i) const {
+        return std::min(state_[i].body, state_[i].end_of_data);
+    }
+
+    // The request size of the block at the next position: request_size_, or the whole block
+    // where the backend says so.
+    std::size_t block_request() {
+        const std::size_t length = std::min(block_size_, limit(next_segment_) - next_position_);
+        if (length <= request_size_) return request_size_;
+        if constexpr (cuts_requests<Backend>::value) {
+            return backend_.request_length(segments_[next_segment_].memory,
+                                           state_[next_segment_].body, next_position_, length);
+        } else {
+            return request_size_;
+        }
+    }
+
+    Backend& backend_;
+    const file& file_;
+    segment* const segments_;
+    const std::size_t count_;
+    const std::vector<segment_state>& state_;
+    const std::size_t block_size_;
+    std::size_t request_size_;   // block_size_, or the backend's piece (cut_to)
+    std::size_t block_request_;  // request_size_, or the length of a block that stays whole
+    bool asked_ = false;         // block_request_ answers for the block at the next position
+    std::size_t next_segment_ = 0;
+    std::size_t next_position_ = 0;
+};
+
+/// The engine of one context (basic_aio_context<Backend> holds one and befriends it): its working
+/// memory, which every transfer on the context reuses (a transfer in steady state allocates
+/// nothing), and the loop. A context serves one thread at a time, so none of it needs a lock.
 template <class Backend>
 class engine {
     using clock = std::chrono::steady_clock;
 
   public:
-    // What a context hands the engine: its backend, its options and its working memory.
-    engine(Backend& backend, const context_options& options, engine_scratch& scratch, file& target,
-           operation op, segment* segments, std::size_t count, engine_settings settings)
-        : backend_(backend),
-          queue_depth_(options.queue_depth),
-          block_size_(options.block_size),
-          slot_count_(queue_depth_),
-          file_(target),
-          op_(op),
-          segments_(segments),
-          count_(count),
-          unit_(target.required_alignment()),
-          settings_(settings),
-          perf_(settings.perf),
-          state_(scratch.state),
-          slots_(scratch.slots),
-          free_(scratch.free),
-          pending_(scratch.pending),
-          completions_(scratch.completions),
-          remnants_(scratch.remnants),
-          submit_samples_(scratch.submit_samples),
-          completion_samples_(scratch.completion_samples),
-          spin_(options.spin),
-          backoff_(scratch.backoff),
-          cursor_(backend, scratch.pages, target, segments, count, scratch.state, block_size_) {}
-
-    void run() {
-        const clock::time_point start = perf_ != nullptr ? clock::now() : clock::time_point{};
-        std::size_t body_total = 0;
-        state_.assign(count_, {});  // the context's scratch: no allocation once it is large enough
-        for (std::size_t i = 0; i < count_; ++i) {
-            segment& s = segments_[i];  // one that arrives failed is not moved
-            s.bytes = 0;
-            const bool padded = s.span > s.length;
-            state_[i].body =
-                padded ? s.span : static_cast<std::size_t>(align_down(s.length, unit_));
-            state_[i].end_of_data = std::max(s.length, state_[i].body);
-            body_total += state_[i].body;
-        }
-        if constexpr (keeps_to_queue_limits<Backend>::value) {
-            const request_plan plan =
-                plan_requests(file_.queue_limits(), file_.is_direct(), unit_, block_size_,
-                              queue_depth_, backend_.completion_capacity());
-            cursor_.follow(plan);
-            slot_count_ = plan.slots;
-        }
-        slots_.resize(slot_count_);
-        free_.clear();
-        for (unsigned i = slot_count_; i > 0; --i)
-            free_.push_back(i - 1);
-        pending_.clear();
-        pending_.reserve(slot_count_);
-        completions_.resize(std::min<std::size_t>(slot_count_, 256));
-        remnants_.clear();
-        submit_samples_.clear();
-        completion_samples_.clear();
-        if (perf_ != nullptr) {
-            const std::size_t expected =
-                body_total / cursor_.request_size() + count_ + 2 * slot_count_;
-            submit_samples_.reserve(settings_.one_request_per_call ? expected : expected / 2 + 1);
-            completion_samples_.reserve(expected);
-        }
-
-        if (op_ == operation::write) reserve_write_runs(file_, segments_, count_);
-        while (!lost_) {
-            if (!settings_.drain_before_refill || inflight_ == 0) fill();
-            submit_pending();
-            if (lost_) break;
-            if (inflight_ == 0) {
-                if (cursor_.exhausted()) break;
-                continue;
-            }
-            reap(settings_.drain_before_refill ? inflight_ : 1);
-        }
-        finish_synchronously(file_, op_, segments_, count_, state_, remnants_);
-
-        std::uint64_t moved = 0;
-        for (std::size_t i = 0; i < count_; ++i) {
-            segment& s = segments_[i];
-            s.bytes = s.failure ? 0 : std::min(state_[i].end_of_data, s.length);
-            if (op_ == operation::write && !s.failure) s.bytes = s.length;
-            moved += s.bytes;
-        }
-        if (perf_ != nullptr) {
-            perf_->elapsed_us = microseconds(clock::now() - start);
-            perf_->submit = latency_stats::from_samples(submit_samples_);
-            perf_->completion = latency_stats::from_samples(completion_samples_);
-            perf_->requests = requests_;
-            perf_->resubmissions = resubmissions_;
-            perf_->bytes = moved;
-        }
+    /// Moves `segments` of `f` through `context` with `Strategy` (sequential or overlapped),
+    /// measuring into `perf` unless it is null; afterwards each segment has its `bytes` and
+    /// `failure`. Throws std::logic_error for a context used by two threads at once or after fork.
+    template <class Strategy, class Context>
+    static void move(Context& context, file& f, operation op, segment* segments, std::size_t count,
+                     const Strategy& policy, transfer_perf* perf) {
+        if (count == 0) return;
+        context.creator_.require_current("aio_context");
+        const auto busy = context.in_use_.acquire("aio_context");
+        context.engine_.template run<Strategy>(context.backend_, context.options_, f, op, segments,
+                                               count, policy.submit, perf);
     }
 
+    /// The context's bounce arena, lent to one batch at a time (detail/batch_engine.hpp) so that
+    /// it is allocated, and pinned, once per context rather than once per batch.
+    template <class Context>
+    class arena_loan {
+      public:
+        arena_loan(Context& context, std::size_t keep_up_to)
+            : context_(context), keep_(keep_up_to) {
+            context.creator_.require_current("aio_context");
+            const auto busy = context.in_use_.acquire("aio_context");
+            arena = std::exchange(context.engine_.arena_, {});
+        }
+        arena_loan(const arena_loan&) = delete;
+        arena_loan& operator=(const arena_loan&) = delete;
+        // Hands the arena back, unless it grew past `keep_up_to` or the context is busy (misuse
+        // that the next transfer reports).
+        ~arena_loan() {
+            if (arena.capacity() > keep_) return;
+            try {
+                const auto busy = context_.in_use_.acquire("aio_context");
+                context_.engine_.arena_ = std::move(arena);
+            } catch (const std::logic_error&) {
+            }
+        }
+
+        aligned_buffer arena;
+
+      private:
+        Context& context_;
+        std::size_t keep_;
+    };
+
   private:
-    using segment_state = engine_scratch::segment_state;
-    using slot = engine_scratch::slot;
-    using remnant = engine_scratch::remnant;
+    struct slot {  // one queue entry: a request's range of a segment
+        std::size_t segment = 0;
+        std::size_t position = 0;  // of the request's range within its segment
+        std::size_t length = 0;
+        std::size_t done = 0;
+        clock::time_point submitted{};
+    };
+    struct remnant {  // what goes through the synchronous path afterwards
+        std::size_t segment;
+        std::size_t position;
+        std::size_t length;
+        bool operator<(const remnant& o) const {
+            return std::tie(segment, position) < std::tie(o.segment, o.position);
+        }
+    };
+    // What one run works on: set by run(), gone when it returns.
+    struct job {
+        job(Backend& b, const context_options& options, file& f, operation o, segment* s,
+            std::size_t n, submit_mode submit, transfer_perf* measure,
+            const std::vector<segment_state>& state)
+            : backend(b),
+              target(f),
+              op(o),
+              segments(s),
+              count(n),
+              queue_depth(options.queue_depth),
+              unit(f.required_alignment()),
+              one_request_per_call(submit == submit_mode::single),
+              perf(measure),
+              spin(options.spin),
+              cursor(b, f, s, n, state, options.block_size),
+              slot_count(options.queue_depth) {}
+
+        Backend& backend;
+        file& target;
+        const operation op;
+        segment* const segments;
+        const std::size_t count;
+        const unsigned queue_depth;
+        const std::size_t unit;  // 1 when buffered
+        const bool one_request_per_call;
+        transfer_perf* const perf;  // measure into this (no clock is read without it)
+        const clock::duration spin;
+        request_cursor<Backend> cursor;
+        unsigned slot_count;      // requests in flight at most: queue depth, or more pieces
+        unsigned whole_held = 0;  // slots held by blocks that stay whole in a cut plan
+        unsigned inflight = 0;
+        retry_budget transient;  // completions answering EAGAIN/EINTR/ECANCELED
+        bool purge = false;      // a segment failed: drop its queued requests first
+        bool lost = false;       // reaping failed: requests in flight cannot be waited for
+        std::uint64_t requests = 0;
+        std::uint64_t resubmissions = 0;
+    };
 
     static double microseconds(clock::duration d) {
         return std::chrono::duration<double, std::micro>(d).count();
     }
 
+    template <class Strategy>
+    void run(Backend& backend, const context_options& options, file& target, operation op,
+             segment* segments, std::size_t count, submit_mode submit, transfer_perf* perf) {
+        constexpr bool drain_before_refill = Strategy::kind == strategy_kind::sequential;
+        job j(backend, options, target, op, segments, count, submit, perf, state_);
+        job_ = &j;
+        const clock::time_point start = perf != nullptr ? clock::now() : clock::time_point{};
+        std::size_t body_total = 0;
+        state_.assign(count, {});  // no allocation once it is large enough
+        for (std::size_t i = 0; i < count; ++i) {
+            segment& s = segments[i];  // one that arrives failed is not moved
+            s.bytes = 0;
+            const bool padded = s.span > s.length;
+            state_[i].body =
+                padded ? s.span : static_cast<std::size_t>(align_down(s.length, j.unit));
+            state_[i].end_of_data = std::max(s.length, state_[i].body);
+            body_total += state_[i].body;
+        }
+        if constexpr (cuts_requests<Backend>::value) {
+            const request_limits limits = backend.limits_for(target, options.block_size);
+            j.cursor.cut_to(limits.request_size);
+            j.slot_count = limits.slots;
+        }
+        slots_.resize(j.slot_count);
+        free_.clear();
+        for (unsigned i = j.slot_count; i > 0; --i)
+            free_.push_back(i - 1);
+        pending_.clear();
+        pending_.reserve(j.slot_count);
+        completions_.resize(std::min<std::size_t>(j.slot_count, 256));
+        remnants_.clear();
+        submit_samples_.clear();
+        completion_samples_.clear();
+        if (perf != nullptr) {
+            const std::size_t expected =
+                body_total / j.cursor.request_size() + count + 2 * j.slot_count;
+            submit_samples_.reserve(j.one_request_per_call ? expected : expected / 2 + 1);
+            completion_samples_.reserve(expected);
+        }
+
+        if (op == operation::write) reserve_write_runs(target, segments, count);
+        while (!j.lost) {
+            if (!drain_before_refill || j.inflight == 0) fill();
+            submit_pending();
+            if (j.lost) break;
+            if (j.inflight == 0) {
+                if (j.cursor.exhausted()) break;
+                continue;
+            }
+            reap(drain_before_refill ? j.inflight : 1);
+        }
+        finish_synchronously();
+
+        std::uint64_t moved = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+            segment& s = segments[i];
+            s.bytes = s.failure ? 0 : std::min(state_[i].end_of_data, s.length);
+            if (op == operation::write && !s.failure) s.bytes = s.length;
+            moved += s.bytes;
+        }
+        if (perf != nullptr) {
+            perf->elapsed_us = microseconds(clock::now() - start);
+            perf->submit = latency_stats::from_samples(submit_samples_);
+            perf->completion = latency_stats::from_samples(completion_samples_);
+            perf->requests = j.requests;
+            perf->resubmissions = j.resubmissions;
+            perf->bytes = moved;
+        }
+        job_ = nullptr;
+    }
+
+    // Before a write, reserves each run of adjacent segments (each starting where the one before
+    // ends) with file::reserve_range; a run that cannot be reserved fails its segments.
+    static void reserve_write_runs(file& f, segment* segments, std::size_t count) {
+        for (std::size_t first = 0; first < count;) {
+            std::size_t last = first;
+            std::uint64_t end = segments[first].offset + segments[first].length;
+            while (last + 1 < count && segments[last + 1].offset == end) {
+                ++last;
+                end += segments[last].length;
+            }
+            io_failure failure;
+            f.reserve_range(segments[first].offset,
+                            static_cast<std::size_t>(end - segments[first].offset), failure);
+            for (std::size_t i = first; failure && i <= last; ++i) {
+                if (!segments[i].failure) segments[i].failure = failure;
+            }
+            first = last + 1;
+        }
+    }
+
     io_request request_for(unsigned id) const {
         const slot& s = slots_[id];
-        const segment& g = segments_[s.segment];
-        return {file_.native_handle(),
-                op_,
-                g.memory + s.position + s.done,
-                s.length - s.done,
-                g.offset + s.position + s.done,
-                id,
-                file_.rw_flags()};
+        const segment& g = job_->segments[s.segment];
+        return {job_->target.native_handle(),   job_->op,
+                g.memory + s.position + s.done, s.length - s.done,
+                g.offset + s.position + s.done, id,
+                job_->target.rw_flags()};
     }
 
     // Hands out requests while slots are free. Blocks that stay whole in a cut plan hold at most
     // queue depth slots, as they would uncut; their pieces may take the rest.
     void fill() {
-        while (!free_.empty() && !cursor_.exhausted()) {
-            const auto next = cursor_.next();
-            if (next.length > cursor_.request_size() && whole_held_ >= queue_depth_) break;
+        job& j = *job_;
+        while (!free_.empty() && !j.cursor.exhausted()) {
+            const auto next = j.cursor.next();
+            const bool whole = next.length > j.cursor.request_size();
+            if (whole && j.whole_held >= j.queue_depth) break;
             const unsigned id = free_.back();
             free_.pop_back();
             slots_[id] = {next.segment, next.position, next.length, 0, {}};
-            if (next.length > cursor_.request_size()) ++whole_held_;
+            if (whole) ++j.whole_held;
             pending_.push_back(request_for(id));
-            cursor_.advance(next.length);
+            j.cursor.advance(next.length);
         }
     }
 
     void release(unsigned id) {
-        if (slots_[id].length > cursor_.request_size()) --whole_held_;
+        if (slots_[id].length > job_->cursor.request_size()) --job_->whole_held;
         free_.push_back(id);
     }
 
     void fail(std::size_t i, io_failure failure) {
-        if (!segments_[i].failure) {
-            segments_[i].failure = std::move(failure);
-            purge_ = true;
+        if (!job_->segments[i].failure) {
+            job_->segments[i].failure = std::move(failure);
+            job_->purge = true;
         }
     }
 
     // Requests of segments that failed since they were queued are not submitted.
     void drop_failed_pending(std::size_t from) {
-        purge_ = false;
+        job_->purge = false;
         std::size_t kept = from;
         for (std::size_t i = from; i < pending_.size(); ++i) {
             const auto id = static_cast<unsigned>(pending_[i].user_data);
-            if (segments_[slots_[id].segment].failure) {
+            if (job_->segments[slots_[id].segment].failure) {
                 release(id);
             } else {
                 pending_[kept++] = pending_[i];
@@ -203,29 +482,31 @@ class engine {
     }
 
     void submit_pending() {
+        job& j = *job_;
+        transfer_perf* const perf = j.perf;
         std::size_t sent = 0;
         retry_budget backoff;
-        while (!lost_) {
-            if (purge_) drop_failed_pending(sent);
+        while (!j.lost) {
+            if (j.purge) drop_failed_pending(sent);
             if (sent >= pending_.size()) break;
             // Block submit is paced: a call holds no more requests than are already in flight
             // (one to start an idle queue), because the kernel plugs a multi-request io_submit
             // and dispatches nothing until the call ends; so the device always has work while the
             // next call is prepared, and a full queue still takes what is ready in one call.
             const std::size_t count =
-                settings_.one_request_per_call
+                j.one_request_per_call
                     ? 1
-                    : std::min(pending_.size() - sent, std::max<std::size_t>(1, inflight_));
-            const clock::time_point before = perf_ != nullptr ? clock::now() : clock::time_point{};
-            const int rc = backend_.submit(&pending_[sent], count);
-            if (perf_ != nullptr) submit_samples_.push_back(microseconds(clock::now() - before));
+                    : std::min(pending_.size() - sent, std::max<std::size_t>(1, j.inflight));
+            const clock::time_point before = perf != nullptr ? clock::now() : clock::time_point{};
+            const int rc = j.backend.submit(&pending_[sent], count);
+            if (perf != nullptr) submit_samples_.push_back(microseconds(clock::now() - before));
             if (rc > 0) {
                 // A partial submit leaves the rest in pending_ for the next round of this loop.
-                if (perf_ != nullptr) {
+                if (perf != nullptr) {
                     for (int i = 0; i < rc; ++i)
                         slots_[pending_[sent + i].user_data].submitted = before;
                 }
-                inflight_ += static_cast<unsigned>(rc);
+                j.inflight += static_cast<unsigned>(rc);
                 sent += static_cast<std::size_t>(rc);
                 backoff.reset();
                 continue;
@@ -233,7 +514,7 @@ class engine {
             if (rc == 0 || rc == -EAGAIN || rc == -EINTR) {
                 // Refused for now: reap a completion to make room, or, with nothing in flight,
                 // pause 100 us and try again while the budget lasts.
-                if (inflight_ > 0) {
+                if (j.inflight > 0) {
                     reap(1);
                     continue;
                 }
@@ -247,51 +528,85 @@ class engine {
             const io_request& refused = pending_[sent];
             const auto id = static_cast<unsigned>(refused.user_data);
             fail(slots_[id].segment, {errno_code(rc < 0 ? -rc : EAGAIN),
-                                      std::string("io_submit of a ") + to_string(op_), file_.path(),
-                                      refused.offset, refused.length});
+                                      std::string("io_submit of a ") + to_string(j.op),
+                                      j.target.path(), refused.offset, refused.length});
         }
         pending_.clear();
     }
 
-    // Waits for at least `min` completions (at most one reap's worth) and handles them.
+    // One reap of at least `at_least` completions, each handled; -EINTR is asked again.
+    int take(std::size_t at_least) {
+        int got;
+        do {
+            got = job_->backend.reap(completions_.data(), at_least, completions_.size(), nullptr);
+        } while (got == -EINTR);
+        if (got > 0) {
+            const clock::time_point now =
+                job_->perf != nullptr ? clock::now() : clock::time_point{};
+            for (int i = 0; i < got; ++i)
+                complete(completions_[static_cast<std::size_t>(i)], now);
+        }
+        return got;
+    }
+
+    // Waits for at least `min` completions (at most one reap's worth) and handles them: where
+    // context_options::spin asks for it and the back-off lets it, it first polls the backend (a
+    // reap of at least 0, which never sleeps) until enough came or the time ran out; then it
+    // sleeps in the backend for the rest.
     void reap(std::size_t min) {
-        int error = 0;
-        const bool reaped = wait_for_completions(
-            backend_, completions_, min, spin_, backoff_, error,
-            [this](const io_completion* done, std::size_t count) {
-                const clock::time_point now = perf_ != nullptr ? clock::now() : clock::time_point{};
-                for (std::size_t i = 0; i < count; ++i)
-                    complete(done[i], now);
-            });
-        if (!reaped) lose(error);
+        const clock::duration spin = job_->spin;
+        min = std::min(min, completions_.size());
+        if (spin.count() > 0 && backoff_.should_poll()) {
+            const clock::time_point deadline = clock::now() + spin;
+            bool ran_out = false;
+            while (min > 0) {
+                const int got = take(0);
+                if (got < 0) return lose(got);
+                min -= std::min(min, static_cast<std::size_t>(got));
+                if (min == 0) break;
+                if (clock::now() >= deadline) {
+                    backoff_.ran_out();
+                    ran_out = true;
+                    break;
+                }
+                cpu_relax();
+            }
+            if (!ran_out) backoff_.succeeded();
+        }
+        if (min == 0) return;
+        const int got = take(min);
+        if (got < 0) lose(got);
     }
 
     // Reaping failed: requests may still be in flight and cannot be waited for. Every segment
     // not finished yet fails and nothing more is issued; finished ones keep their result.
     void lose(int rc) {
-        lost_ = true;
-        (void)cursor_.exhausted();  // wholly issued, a segment is finished unless a request is busy
-        std::vector<bool> unfinished(count_, false);
-        for (std::size_t i = cursor_.segment_index(); i < count_; ++i)
+        job& j = *job_;
+        j.lost = true;
+        (void)
+            j.cursor.exhausted();  // wholly issued, a segment is finished unless a request is busy
+        std::vector<bool> unfinished(j.count, false);
+        for (std::size_t i = j.cursor.segment_index(); i < j.count; ++i)
             unfinished[i] = true;
-        std::vector<bool> idle(slot_count_, false);
+        std::vector<bool> idle(j.slot_count, false);
         for (unsigned id : free_)
             idle[id] = true;
-        for (unsigned id = 0; id < slot_count_; ++id) {
+        for (unsigned id = 0; id < j.slot_count; ++id) {
             if (!idle[id]) unfinished[slots_[id].segment] = true;
         }
-        for (std::size_t i = 0; i < count_; ++i) {
+        for (std::size_t i = 0; i < j.count; ++i) {
             if (!unfinished[i]) continue;
             fail(i, {errno_code(-rc), "io_getevents (requests may still be in flight)",
-                     file_.path(), segments_[i].offset, segments_[i].length});
+                     j.target.path(), j.segments[i].offset, j.segments[i].length});
         }
     }
 
     void complete(const io_completion& c, clock::time_point now) {
+        job& j = *job_;
         const auto id = static_cast<unsigned>(c.user_data);
         slot& s = slots_[id];
-        segment& g = segments_[s.segment];
-        --inflight_;
+        segment& g = j.segments[s.segment];
+        --j.inflight;
         if (g.failure) {  // its segment failed: nothing more is issued for it
             release(id);
             return;
@@ -300,35 +615,35 @@ class engine {
         if (c.result == -EINTR || c.result == -EAGAIN || c.result == -ECANCELED) {
             // Transient (nvmeio never cancels, so ECANCELED comes from a signal storm): ask again
             // for the same range, within the retry budget.
-            if (transient_.spent()) {
+            if (j.transient.spent()) {
                 fail(s.segment, {errno_code(static_cast<int>(-c.result)),
-                                 std::string(to_string(op_)) + " (refused again and again)",
-                                 file_.path(), at_offset, s.length - s.done});
+                                 std::string(to_string(j.op)) + " (refused again and again)",
+                                 j.target.path(), at_offset, s.length - s.done});
                 release(id);
                 return;
             }
             pending_.push_back(request_for(id));
-            ++resubmissions_;
+            ++j.resubmissions;
             return;
         }
         if (c.result < 0) {
-            fail(s.segment, {errno_code(static_cast<int>(-c.result)), to_string(op_), file_.path(),
-                             at_offset, s.length - s.done});
+            fail(s.segment, {errno_code(static_cast<int>(-c.result)), to_string(j.op),
+                             j.target.path(), at_offset, s.length - s.done});
             release(id);
             return;
         }
-        ++requests_;
-        if (perf_ != nullptr) completion_samples_.push_back(microseconds(now - s.submitted));
+        ++j.requests;
+        if (j.perf != nullptr) completion_samples_.push_back(microseconds(now - s.submitted));
         const auto moved = static_cast<std::size_t>(c.result);
         if (moved > s.length - s.done) {
             fail(s.segment,
                  {errno_code(EIO),
-                  std::string(to_string(op_)) + " (the kernel reported more bytes than asked)",
-                  file_.path(), at_offset, s.length - s.done});
+                  std::string(to_string(j.op)) + " (the kernel reported more bytes than asked)",
+                  j.target.path(), at_offset, s.length - s.done});
             release(id);
             return;
         }
-        if (moved != 0) transient_.reset();
+        if (moved != 0) j.transient.reset();
         s.done += moved;
         if (s.done == s.length) {
             release(id);
@@ -336,17 +651,17 @@ class engine {
         }
         const std::size_t at = s.position + s.done;
         if (moved == 0) {
-            if (op_ == operation::read) {
+            if (j.op == operation::read) {
                 segment_state& st = state_[s.segment];
                 st.end_of_data = std::min(st.end_of_data, at);  // end of file
             } else {
                 fail(s.segment, {errno_code(ENOSPC), "write (the device accepted no bytes)",
-                                 file_.path(), g.offset + at, s.length - s.done});
+                                 j.target.path(), g.offset + at, s.length - s.done});
             }
             release(id);
             return;
         }
-        if (!is_aligned(g.offset + at, unit_)) {
+        if (!is_aligned(g.offset + at, j.unit)) {
             // O_DIRECT cannot continue from an unaligned offset: finish this range synchronously
             // (up to the caller's length: padding past it is not the caller's).
             if (at < g.length)
@@ -356,41 +671,56 @@ class engine {
             return;
         }
         pending_.push_back(request_for(id));
-        ++resubmissions_;
+        ++j.resubmissions;
     }
 
-    Backend& backend_;
-    const unsigned queue_depth_;
-    const std::size_t block_size_;
-    unsigned whole_held_ = 0;  // slots held by blocks that stay whole in a cut plan
-    unsigned slot_count_;      // requests in flight at most: queue_depth_, or more pieces
-    file& file_;
-    const operation op_;
-    segment* const segments_;
-    const std::size_t count_;
-    const std::size_t unit_;  // 1 when buffered
-    const engine_settings settings_;
-    transfer_perf* const perf_;
-    std::vector<segment_state>& state_;  // these live in the context's engine_scratch
+    // The last step: what O_DIRECT could not take asynchronously (the rest of a request that came
+    // back short at an unaligned offset, and a segment's unaligned tail) goes through the file's
+    // synchronous path, which merges partial alignment units through a bounce buffer.
+    void finish_synchronously() {
+        job& j = *job_;
+        std::sort(remnants_.begin(), remnants_.end());
+        std::size_t r = 0;
+        for (std::size_t i = 0; i < j.count; ++i) {
+            segment& g = j.segments[i];
+            segment_state& st = state_[i];
+            const std::size_t first = r;
+            while (r < remnants_.size() && remnants_[r].segment == i)
+                ++r;
+            if (g.failure) continue;
+            auto move = [&](std::size_t position, std::size_t length) {
+                if (j.op == operation::write) {
+                    j.target.write_at(g.memory + position, length, g.offset + position, g.failure);
+                    return !g.failure;
+                }
+                if (position >= st.end_of_data) return false;
+                const std::size_t got =
+                    j.target.read_at(g.memory + position, length, g.offset + position, g.failure);
+                if (got < length) st.end_of_data = std::min(st.end_of_data, position + got);
+                return !g.failure;
+            };
+            bool going = true;
+            for (std::size_t k = first; k < r && going; ++k)
+                going = move(remnants_[k].position, remnants_[k].length);
+            if (going && st.body < g.length) move(st.body, g.length - st.body);
+        }
+    }
 
-    unsigned inflight_ = 0;
-    std::vector<slot>& slots_;
-    std::vector<unsigned>& free_;
-    std::vector<io_request>& pending_;
-    std::vector<io_completion>& completions_;
-    std::vector<remnant>& remnants_;
-    retry_budget transient_;  // completions answering EAGAIN/EINTR/ECANCELED
-    bool purge_ = false;      // a segment failed: drop its queued requests before submitting
-    bool lost_ = false;       // reaping failed: in-flight requests could not be waited for
-
-    std::vector<double>& submit_samples_;
-    std::vector<double>& completion_samples_;
-    std::uint64_t requests_ = 0;
-    std::uint64_t resubmissions_ = 0;
-    const clock::duration spin_;      // context_options::spin
-    spin_backoff& backoff_;           // in the context's scratch: it outlives a transfer
-    request_cursor<Backend> cursor_;  // the next request to hand out
+    job* job_ = nullptr;  // the run in progress
+    std::vector<segment_state> state_;
+    std::vector<slot> slots_;
+    std::vector<unsigned> free_;
+    std::vector<io_request> pending_;
+    std::vector<io_completion> completions_;
+    std::vector<remnant> remnants_;
+    std::vector<double> submit_samples_;
+    std::vector<double> completion_samples_;
+    spin_backoff backoff_;  // outlives a transfer: which waits poll before sleeping
+    aligned_buffer arena_;  // batches' bounce arena, kept for the next (arena_loan)
 };
 
-}  // namespace detail
-}  // namespace nvmeio
+/// The engine of a context type.
+template <class Context>
+using engine_of = engine<typename Context::backend_type>;
+
+}  // namespace nvmeio::detail

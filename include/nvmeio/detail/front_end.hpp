@@ -13,13 +13,13 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
-#include "nvmeio/detail/engine_door.hpp"
-#include "nvmeio/detail/segment.hpp"
+#include "nvmeio/detail/engine.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/perf.hpp"
@@ -113,22 +113,46 @@ inline void check_batch(const file& f, operation op, const std::vector<batch_req
     }
 }
 
-// How the engine runs for a transfer's configuration.
-inline engine_settings settings_for(const transfer_config& config, transfer_perf* perf) {
-    return {config.strategy == strategy_kind::sequential, config.submit == submit_mode::single,
-            config.measure ? perf : nullptr};
+/// Whether `Config` says how a transfer runs: a strategy policy, or the run-time transfer_config.
+template <class Config>
+inline constexpr bool is_transfer_config =
+    std::is_same_v<Config, transfer_config> || std::is_same_v<Config, sequential> ||
+    std::is_same_v<Config, overlapped>;
+
+/// Takes part in overload resolution only for such a `Config`.
+template <class Config>
+using if_transfer_config = std::enable_if_t<is_transfer_config<Config>, int>;
+
+// Calls `run(policy)` with the policy of `config`: a run-time strategy picks one of the engine's
+// loops here, once per transfer (or batch); a policy is passed on as it is.
+template <class Run>
+decltype(auto) with_policy(const transfer_config& config, Run&& run) {
+    if (config.strategy == strategy_kind::sequential)
+        return run(sequential{config.submit, config.measure});
+    return run(overlapped{config.submit, config.measure});
+}
+template <class Run>
+decltype(auto) with_policy(const sequential& policy, Run&& run) {
+    return run(policy);
+}
+template <class Run>
+decltype(auto) with_policy(const overlapped& policy, Run&& run) {
+    return run(policy);
 }
 
 // A checked transfer on one aio context: one segment through the engine.
-template <class Context>
+template <class Context, class Config>
 transfer_result run_transfer(Context& context, file& f, operation op, void* buffer,
-                             std::size_t length, std::uint64_t offset,
-                             const transfer_config& config, io_failure& failure) {
+                             std::size_t length, std::uint64_t offset, const Config& config,
+                             io_failure& failure) {
     transfer_result result;
     failure = {};
     if (length == 0) return result;
     segment one{static_cast<std::byte*>(buffer), offset, length, 0, 0, {}};
-    move_segments(context, f, op, &one, 1, settings_for(config, &result.perf));
+    with_policy(config, [&](const auto& policy) {
+        engine_of<Context>::move(context, f, op, &one, 1, policy,
+                                 policy.measure ? &result.perf : nullptr);
+    });
     result.bytes = one.bytes;
     failure = std::move(one.failure);
     return result;

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "nvmeio/detail/context_guard.hpp"
+#include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
 
 namespace nvmeio {

@@ -1,14 +1,15 @@
 #pragma once
-/// \file detail/context_guard.hpp
-/// The two cheap checks every context makes when a transfer starts: that it is used in the
-/// process that created it (not in a child after fork), and, for a single-queue context, that no
-/// other thread is using it at the same time. Both are misuse, reported as std::logic_error
-/// before anything touches the queue, so the rightful user's transfer is unaffected.
-///
-/// The process id comes from impl/process.hpp (cached, refreshed in a child by a pthread_atfork
-/// handler): one load and one comparison. A child made with raw clone() or vfork() is not detected.
+/// \file detail/process.hpp
+/// Who may use an object: this process's id without a system call (glibc's getpid() is one), for
+/// objects that belong to the process that created them (after fork a child shares their memory
+/// mappings, a kernel ring among them, but must not use them), and the two cheap checks every
+/// context makes when a transfer starts: that it runs in its creator's process, and that no
+/// other thread is using it. Both are misuse, reported as std::logic_error before anything
+/// touches the queue. The id is cached and refreshed in the child by a pthread_atfork handler; a
+/// child made by raw clone() or vfork() runs no handler.
 
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -16,10 +17,40 @@
 #include <stdexcept>
 #include <string>
 
-#include "nvmeio/impl/process.hpp"
+namespace nvmeio::detail {
 
-namespace nvmeio {
-namespace detail {
+inline std::atomic<pid_t>& cached_process_id() noexcept {
+    static std::atomic<pid_t> pid{0};
+    return pid;
+}
+
+inline void refresh_process_id() noexcept {
+    cached_process_id().store(::getpid(), std::memory_order_relaxed);
+}
+
+/// This process's id: one load once the handler is registered (on the first call).
+[[nodiscard]] inline pid_t this_process_id() noexcept {
+    static const bool registered = [] {
+        refresh_process_id();
+        ::pthread_atfork(nullptr, nullptr, &refresh_process_id);
+        return true;
+    }();
+    (void)registered;
+    return cached_process_id().load(std::memory_order_relaxed);
+}
+
+/// The calling thread's kernel id (gettid), for objects that serve one thread: cached per thread,
+/// and asked again in a child after fork, where the forking thread has a new id.
+[[nodiscard]] inline pid_t this_thread_id() noexcept {
+    thread_local pid_t id = 0;
+    thread_local pid_t in_process = 0;
+    const pid_t process = this_process_id();
+    if (in_process != process) {
+        id = static_cast<pid_t>(::syscall(SYS_gettid));
+        in_process = process;
+    }
+    return id;
+}
 
 /// Remembers the process that created an object.
 class creator_process {
@@ -76,5 +107,4 @@ class exclusive_use {
     std::atomic<bool> in_use_{false};
 };
 
-}  // namespace detail
-}  // namespace nvmeio
+}  // namespace nvmeio::detail

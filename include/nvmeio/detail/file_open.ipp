@@ -1,5 +1,5 @@
 #pragma once
-/// \file impl/file_open.ipp
+/// \file detail/file_open.ipp
 /// nvmeio::file's opening: which files it refuses and why, the open itself (O_DIRECT, or why
 /// not), and its size.
 

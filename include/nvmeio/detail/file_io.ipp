@@ -1,5 +1,5 @@
 #pragma once
-/// \file impl/file_io.ipp
+/// \file detail/file_io.ipp
 /// nvmeio::file's synchronous reads and writes: the plain loops, and the ranges O_DIRECT cannot
 /// take as they are (bounced through whole alignment units, merged with the file's bytes).
 

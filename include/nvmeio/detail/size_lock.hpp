@@ -1,5 +1,5 @@
 #pragma once
-/// \file impl/size_lock.hpp
+/// \file detail/size_lock.hpp
 /// One mutex per file (device and inode number) in this process, shared by every `file` handle
 /// of that file. nvmeio holds it around every change it makes to a file's size, so that a
 /// writer that must grow the file by a whole O_DIRECT unit and trim it back (file::write_at)

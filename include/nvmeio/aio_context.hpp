@@ -17,6 +17,7 @@
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// A queue of asynchronous requests served by `Backend` (libaio by default).
 ///
@@ -87,4 +88,5 @@ class basic_aio_context {
 /// The common case: native Linux AIO.
 using aio_context = basic_aio_context<libaio_backend>;
 
+}  // namespace v0
 }  // namespace nvmeio

@@ -14,10 +14,11 @@
 #include <utility>
 
 #include "nvmeio/alignment.hpp"
-#include "nvmeio/error.hpp"
 #include "nvmeio/detail/memory_registry.hpp"
+#include "nvmeio/error.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// A standard-conforming allocator whose storage is aligned to `Alignment` bytes, so that a
 /// `std::vector<std::byte, aligned_allocator<std::byte>>` can be handed to an O_DIRECT transfer.
@@ -209,4 +210,5 @@ class aligned_buffer {
     detail::memory_registry* registry_ = nullptr;  // the one it joined (never destroyed)
 };
 
+}  // namespace v0
 }  // namespace nvmeio

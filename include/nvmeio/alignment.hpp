@@ -16,6 +16,7 @@
 #include <string>
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// True when `align_up(value, alignment)` fits in 64 bits (`alignment` non-zero).
 [[nodiscard]] constexpr bool align_up_fits(std::uint64_t value, std::uint64_t alignment) noexcept {
@@ -174,4 +175,5 @@ inline queue_limits read_queue_limits(dev_t device) {
     return result;
 }
 
+}  // namespace v0
 }  // namespace nvmeio

@@ -38,6 +38,7 @@
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 namespace detail {
 
@@ -239,4 +240,5 @@ template <class Backend>
     return context.submit(f, operation::write, const_cast<void*>(buffer), length, offset, config);
 }
 
+}  // namespace v0
 }  // namespace nvmeio

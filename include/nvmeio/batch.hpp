@@ -41,6 +41,7 @@
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 namespace detail {
 
@@ -125,4 +126,5 @@ batch_outcome write_batch(Context& context, file& f, const std::vector<batch_req
     return transfer_batch(context, f, operation::write, requests, options, ec);
 }
 
+}  // namespace v0
 }  // namespace nvmeio

@@ -23,6 +23,7 @@
 #endif
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// The value first_mismatch() returns, and mismatch_summary holds, when there is no mismatch.
 inline constexpr std::size_t no_mismatch = static_cast<std::size_t>(-1);
@@ -142,4 +143,5 @@ inline constexpr bool simd_enabled = NVMEIO_DETAIL_COMPARE_USES_XSIMD != 0;
 }
 
 }  // namespace NVMEIO_DETAIL_SIMD_TAG
+}  // namespace v0
 }  // namespace nvmeio

@@ -13,6 +13,7 @@
 #include <utility>
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// Where an I/O failure happened: what was being done, to which file, and which byte range.
 struct io_failure {
@@ -94,4 +95,5 @@ auto or_report(std::error_code& ec, Call&& call) {
 }
 
 }  // namespace detail
+}  // namespace v0
 }  // namespace nvmeio

@@ -29,6 +29,7 @@
 #include "nvmeio/file_modes.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 class file;
 
@@ -341,6 +342,7 @@ inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uin
 }
 
 }  // namespace detail
+}  // namespace v0
 }  // namespace nvmeio
 
 // The members' definitions.

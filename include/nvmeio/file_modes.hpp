@@ -4,6 +4,7 @@
 /// the words of file.hpp, apart so that they can be read, and named, without the handle.
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// What a file is opened for.
 enum class open_mode {
@@ -76,4 +77,5 @@ enum class file_kind {
     return "uncached";
 }
 
+}  // namespace v0
 }  // namespace nvmeio

@@ -25,6 +25,7 @@
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 namespace detail {
 
@@ -140,4 +141,5 @@ transfer_result write(basic_parallel_context<Backend>& context, file& f, const v
                     ec);
 }
 
+}  // namespace v0
 }  // namespace nvmeio

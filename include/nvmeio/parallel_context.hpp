@@ -14,6 +14,7 @@
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// A pool of threads with one `basic_aio_context<Backend>` each, splitting transfers over them.
 ///
@@ -93,4 +94,5 @@ class basic_parallel_context {
 /// The common case: native Linux AIO on every thread.
 using parallel_context = basic_parallel_context<libaio_backend>;
 
+}  // namespace v0
 }  // namespace nvmeio

@@ -14,6 +14,7 @@
 #include <vector>
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// Summary of a set of latency samples, in microseconds.
 struct latency_stats {
@@ -180,4 +181,5 @@ inline std::ostream& operator<<(std::ostream& out, const transfer_perf& p) {
     return print_table(out, {perf_row{"transfer", p}});
 }
 
+}  // namespace v0
 }  // namespace nvmeio

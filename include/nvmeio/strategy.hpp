@@ -36,6 +36,7 @@
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// Moves `length` bytes between `buffer` and `offset` of `f`; throws io_error on failure,
 /// std::invalid_argument when a precondition above is violated.
@@ -130,4 +131,5 @@ transfer_result write(basic_aio_context<Backend>& context, file& f, const aligne
     return write(context, f, buffer.data(), length, offset, config, ec);
 }
 
+}  // namespace v0
 }  // namespace nvmeio

@@ -33,6 +33,7 @@
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// Where a logical byte of a stripe set lives.
 struct stripe_location {
@@ -225,4 +226,5 @@ transfer_result write(basic_parallel_context<Backend>& context, stripe_set& set,
                     options, ec);
 }
 
+}  // namespace v0
 }  // namespace nvmeio

@@ -14,6 +14,7 @@
 #include "nvmeio/perf.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// Read or write.
 enum class operation {
@@ -181,4 +182,5 @@ struct batch_outcome {
     }
 };
 
+}  // namespace v0
 }  // namespace nvmeio

@@ -15,6 +15,7 @@
 #include "nvmeio/file.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// What `verify_read` found.
 struct verify_result {
@@ -92,4 +93,5 @@ inline verify_result verify_into(const std::string& path, const void* buffer, st
     });
 }
 
+}  // namespace v0
 }  // namespace nvmeio

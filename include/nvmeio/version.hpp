@@ -6,6 +6,10 @@
 #define NVMEIO_VERSION_MINOR 1
 #define NVMEIO_VERSION_PATCH 0
 
+/// Every name of nvmeio is declared in `namespace nvmeio { inline namespace v0 {`, named for the
+/// major version (as {fmt} does): two versions linked into one process, each inside its own
+/// shared object, then share no symbol and no state by accident.
+
 /// The version as one integer, MAJOR * 10000 + MINOR * 100 + PATCH.
 #define NVMEIO_VERSION \
     (NVMEIO_VERSION_MAJOR * 10000 + NVMEIO_VERSION_MINOR * 100 + NVMEIO_VERSION_PATCH)

@@ -31,6 +31,7 @@
 #endif
 
 namespace nvmeio {
+inline namespace v0 {
 
 namespace detail {
 
@@ -457,4 +458,5 @@ class io_uring_backend {
 
 #endif  // NVMEIO_HAS_IO_URING
 
+}  // namespace v0
 }  // namespace nvmeio

@@ -45,11 +45,12 @@
 #include <vector>
 
 #include "nvmeio/aligned_allocator.hpp"
-#include "nvmeio/error.hpp"
 #include "nvmeio/detail/memory_registry.hpp"
 #include "nvmeio/detail/process.hpp"
+#include "nvmeio/error.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 #if NVMEIO_HAS_IO_URING
 
@@ -388,4 +389,5 @@ class ring_buffers final : public memory_pinner {
 
 #endif  // NVMEIO_HAS_IO_URING
 
+}  // namespace v0
 }  // namespace nvmeio

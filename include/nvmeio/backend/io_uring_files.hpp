@@ -18,6 +18,7 @@
 #if NVMEIO_HAS_IO_URING
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// A file registered with an io_uring ring (io_uring_backend::registered_file): transfer
 /// through it as through any file, but it cannot be closed, assigned or swapped here, because
@@ -124,6 +125,7 @@ class ring_files {
 
 }  // namespace detail
 
+}  // namespace v0
 }  // namespace nvmeio
 
 #endif  // NVMEIO_HAS_IO_URING

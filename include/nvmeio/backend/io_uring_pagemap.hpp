@@ -11,7 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace nvmeio::detail {
+namespace nvmeio {
+inline namespace v0 {
+namespace detail {
 
 /// Asks the kernel which memory huge pages (transparent or hugetlbfs) back, through
 /// PAGEMAP_SCAN (Linux 6.7) on /proc/self/pagemap, opened at the first question and kept until
@@ -65,4 +67,6 @@ class pagemap {
     return once.huge_pages_back(data, length);
 }
 
-}  // namespace nvmeio::detail
+}  // namespace detail
+}  // namespace v0
+}  // namespace nvmeio

@@ -16,6 +16,7 @@
 #include "nvmeio/detail/memory_registry.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// Where a buffer registered with an io_uring_backend lives; the backend owns the memory.
 struct registered_buffer {
@@ -69,4 +70,5 @@ inline void report_pin_refusal(int error) noexcept {
 
 }  // namespace detail
 
+}  // namespace v0
 }  // namespace nvmeio

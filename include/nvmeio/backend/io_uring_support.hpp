@@ -34,6 +34,7 @@
 #endif
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// True when this build has `io_uring_backend`.
 inline constexpr bool io_uring_available = NVMEIO_HAS_IO_URING != 0;
@@ -159,4 +160,5 @@ inline int enable_ring(const io_uring& ring) noexcept {
     return io_uring_supported(ignored);
 }
 
+}  // namespace v0
 }  // namespace nvmeio

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "nvmeio/backend/request.hpp"
-#include "nvmeio/error.hpp"
 #include "nvmeio/detail/process.hpp"
+#include "nvmeio/error.hpp"
 
 // Under valgrind memcheck, only its io_getevents wrapper tells it that the kernel wrote the
 // bytes of a read; reaping from the ring in user space would leave them "uninitialised".
@@ -28,6 +28,7 @@
 #endif
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// The system-wide limit on AIO events (`/proc/sys/fs/aio-max-nr`), or 0 when unreadable.
 [[nodiscard]] inline unsigned long aio_max_nr() {
@@ -214,4 +215,5 @@ class libaio_backend {
     std::vector<iocb*> iocb_pointers_;
 };
 
+}  // namespace v0
 }  // namespace nvmeio

@@ -23,6 +23,7 @@
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 
 /// One asynchronous request: `length` bytes between `buffer` and `offset` of descriptor `fd`.
 struct io_request {
@@ -49,4 +50,5 @@ struct io_completion {
     std::int64_t result = 0;      ///< Bytes moved (maybe fewer than asked), or `-errno`.
 };
 
+}  // namespace v0
 }  // namespace nvmeio

@@ -23,6 +23,7 @@
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 namespace detail {
 
 struct batch_group {
@@ -354,4 +355,5 @@ batch_outcome spread_batch(Parallel& context, file& f, operation op,
 }
 
 }  // namespace detail
+}  // namespace v0
 }  // namespace nvmeio

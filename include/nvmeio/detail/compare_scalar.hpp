@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <cstring>
 
-namespace nvmeio::detail::scalar {
+namespace nvmeio {
+inline namespace v0 {
+namespace detail {
+namespace scalar {
 
 /// Marks "no such offset"; the same value as nvmeio::no_mismatch.
 inline constexpr std::size_t npos = static_cast<std::size_t>(-1);
@@ -115,4 +118,7 @@ struct mismatches {
     return result;
 }
 
-}  // namespace nvmeio::detail::scalar
+}  // namespace scalar
+}  // namespace detail
+}  // namespace v0
+}  // namespace nvmeio

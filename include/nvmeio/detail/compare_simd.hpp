@@ -18,7 +18,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-namespace nvmeio::detail::simd {
+namespace nvmeio {
+inline namespace v0 {
+namespace detail {
+namespace simd {
 
 /// Registers compared per loop iteration: enough independent loads to keep both load ports
 /// busy, with a single branch per iteration.
@@ -231,7 +234,10 @@ inline constexpr std::size_t narrow_below = std::size_t{192} << 10;  ///< first 
     return rest;
 }
 
-}  // namespace nvmeio::detail::simd
+}  // namespace simd
+}  // namespace detail
+}  // namespace v0
+}  // namespace nvmeio
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

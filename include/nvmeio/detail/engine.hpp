@@ -35,7 +35,9 @@
 #include "nvmeio/perf.hpp"
 #include "nvmeio/transfer.hpp"
 
-namespace nvmeio::detail {
+namespace nvmeio {
+inline namespace v0 {
+namespace detail {
 
 /// One range of a transfer.
 struct segment {
@@ -723,4 +725,6 @@ class engine {
 template <class Context>
 using engine_of = engine<typename Context::backend_type>;
 
-}  // namespace nvmeio::detail
+}  // namespace detail
+}  // namespace v0
+}  // namespace nvmeio

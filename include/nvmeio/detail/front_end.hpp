@@ -25,7 +25,9 @@
 #include "nvmeio/perf.hpp"
 #include "nvmeio/transfer.hpp"
 
-namespace nvmeio::detail {
+namespace nvmeio {
+inline namespace v0 {
+namespace detail {
 
 // Why a transfer may not proceed, or an empty string (no allocation) when it may.
 inline std::string transfer_problem(const file& f, operation op, const void* buffer,
@@ -218,4 +220,6 @@ inline transfer_perf merged_perf(const std::vector<share>& shares, std::uint64_t
     return merge_perf(parts, bytes, start);
 }
 
-}  // namespace nvmeio::detail
+}  // namespace detail
+}  // namespace v0
+}  // namespace nvmeio

@@ -27,7 +27,9 @@
 #include <mutex>
 #include <vector>
 
-namespace nvmeio::detail {
+namespace nvmeio {
+inline namespace v0 {
+namespace detail {
 
 // What pins registered memory (an io_uring ring). `unpin(id)` is called, with the registry's
 // mutex held, before the memory of registration `id` is freed; it must let go of it at once.
@@ -160,4 +162,6 @@ class memory_registry {
     std::atomic<bool> recording_{false};
 };
 
-}  // namespace nvmeio::detail
+}  // namespace detail
+}  // namespace v0
+}  // namespace nvmeio

@@ -17,7 +17,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace nvmeio::detail {
+namespace nvmeio {
+inline namespace v0 {
+namespace detail {
 
 inline std::atomic<pid_t>& cached_process_id() noexcept {
     static std::atomic<pid_t> pid{0};
@@ -107,4 +109,6 @@ class exclusive_use {
     std::atomic<bool> in_use_{false};
 };
 
-}  // namespace nvmeio::detail
+}  // namespace detail
+}  // namespace v0
+}  // namespace nvmeio

@@ -52,7 +52,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-namespace nvmeio::detail::simd {
+namespace nvmeio {
+inline namespace v0 {
+namespace detail {
+namespace simd {
 
 /// The architecture xsimd picks for this translation unit from its target flags.
 using arch = xsimd::default_arch;
@@ -182,7 +185,10 @@ using narrow_batch = xsimd::batch<std::uint8_t, xsimd::avx2>;
 #endif
 }
 
-}  // namespace nvmeio::detail::simd
+}  // namespace simd
+}  // namespace detail
+}  // namespace v0
+}  // namespace nvmeio
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

@@ -18,6 +18,7 @@
 #include <vector>
 
 namespace nvmeio {
+inline namespace v0 {
 namespace detail {
 
 class size_lock_registry {
@@ -88,4 +89,5 @@ class size_lock_registry {
 };
 
 }  // namespace detail
+}  // namespace v0
 }  // namespace nvmeio

@@ -25,6 +25,7 @@
 #include "nvmeio/error.hpp"
 
 namespace nvmeio {
+inline namespace v0 {
 namespace detail {
 
 template <class Context>
@@ -161,4 +162,5 @@ class completion_latch {
 };
 
 }  // namespace detail
+}  // namespace v0
 }  // namespace nvmeio

@@ -9,8 +9,11 @@
 #include <cstring>
 #include <nvmeio/aio_context.hpp>
 #include <nvmeio/aligned_allocator.hpp>
+#include <nvmeio/async.hpp>
 #include <nvmeio/backend/io_uring.hpp>
+#include <nvmeio/batch.hpp>
 #include <nvmeio/file.hpp>
+#include <nvmeio/parallel.hpp>
 #include <nvmeio/strategy.hpp>
 #include <string>
 #include <type_traits>
@@ -58,7 +61,7 @@ BOOST_AUTO_TEST_CASE(transfers_through_registered_buffers_and_files_are_byte_exa
     backend.register_buffers(two_buffers(size));
     BOOST_TEST_REQUIRE(backend.registered_buffer_count() == 2u);
     BOOST_TEST_REQUIRE(backend.registered_file_count() == 1u);
-    registered_file_handle& target = backend.registered_file(0);
+    const file& target = backend.registered_file(0);
     BOOST_TEST(target.native_handle() == descriptor);
 
     const registered_buffer source = backend.registered_buffer_at(0);
@@ -77,6 +80,35 @@ BOOST_AUTO_TEST_CASE(transfers_through_registered_buffers_and_files_are_byte_exa
         BOOST_TEST(after.fixed_file_requests - before.fixed_file_requests >= 34u);
     }
     BOOST_TEST(nvmeio_test::slurp(path.str()) == bytes);
+}
+
+BOOST_AUTO_TEST_CASE(every_front_end_transfers_through_a_registered_file) {
+    if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
+    nvmeio_test::temp_path path("registered_front_ends");
+    const auto bytes = nvmeio_test::pattern(4 * block, 28);
+    nvmeio_test::spew(path.str(), bytes.data(), bytes.size());
+    uring_context context({4, block});
+    std::vector<file> files;
+    files.emplace_back(path.str(), open_mode::read);
+    context.backend().register_files(std::move(files));
+    const file& target = context.backend().registered_file(0);
+    aligned_buffer into(4 * block);
+
+    const registration_use before = context.backend().registered_use();
+    const batch_outcome batch = read_batch(context, target, {{into.data(), 4 * block, 0}});
+    BOOST_TEST(batch.results.at(0).bytes == 4 * block);
+    BOOST_TEST(std::memcmp(into.data(), bytes.data(), 4 * block) == 0);
+    BOOST_TEST(context.backend().registered_use().fixed_file_requests > before.fixed_file_requests);
+
+    // Other rings see the descriptor as any other (byte-exact, not through the registration).
+    basic_parallel_context<io_uring_backend> parallel({2, {4, block}});
+    std::memset(into.data(), 0, 4 * block);
+    BOOST_TEST(read(parallel, target, into.data(), 4 * block, 0).bytes == 4 * block);
+    BOOST_TEST(std::memcmp(into.data(), bytes.data(), 4 * block) == 0);
+    basic_async_context<io_uring_backend> async({1, {4, block}});
+    std::memset(into.data(), 0, 4 * block);
+    BOOST_TEST(async_read(async, target, into.data(), 4 * block, 0).wait().bytes == 4 * block);
+    BOOST_TEST(std::memcmp(into.data(), bytes.data(), 4 * block) == 0);
 }
 
 BOOST_AUTO_TEST_CASE(memory_and_descriptors_outside_the_registrations_take_the_plain_path) {
@@ -214,27 +246,39 @@ BOOST_AUTO_TEST_CASE(bad_registrations_are_refused_and_leave_the_arguments_untou
     BOOST_CHECK_THROW(backend.register_files(std::move(no_files)), std::invalid_argument);
 }
 
-// What registered_file() hands out cannot be closed, assigned or swapped: a file taking its place
-// behind the same descriptor number would be read through the kernel's registration of the old.
+// What registered_file() hands out cannot be bound to `file&`, closed, assigned or swapped: a file
+// taking its place behind the same descriptor number would be read through the kernel's
+// registration of the old.
 template <class T, class = void>
 struct can_close : std::false_type {};
 template <class T>
-struct can_close<T, std::void_t<decltype(std::declval<T&>().close())>> : std::true_type {};
+struct can_close<T, std::void_t<decltype(std::declval<T>().close())>> : std::true_type {};
 template <class T, class = void>
 struct can_swap : std::false_type {};
 template <class T>
-struct can_swap<T, std::void_t<decltype(std::declval<T&>().swap(std::declval<file&>()))>>
+struct can_swap<T, std::void_t<decltype(std::declval<T>().swap(std::declval<file&>()))>>
     : std::true_type {};
 using handed_out = decltype(std::declval<io_uring_backend&>().registered_file(0));
+static_assert(std::is_lvalue_reference_v<handed_out>);
+static_assert(!std::is_convertible_v<handed_out, file&>);
 static_assert(!std::is_assignable_v<handed_out, file>);
-static_assert(!std::is_assignable_v<handed_out, handed_out>);
-static_assert(!can_close<std::remove_reference_t<handed_out>>::value);
-static_assert(!can_swap<std::remove_reference_t<handed_out>>::value);
-static_assert(can_close<file>::value && can_swap<file>::value);  // the checks can see them
+static_assert(!std::is_assignable_v<handed_out, file&&>);
+static_assert(!can_close<handed_out>::value);
+static_assert(!can_swap<handed_out>::value);
+static_assert(std::is_convertible_v<file&, file&> && can_close<file&>::value &&
+              can_swap<file&>::value && std::is_assignable_v<file&, file>);  // the checks see them
+// Nor can a temporary file reach an asynchronous transfer, which outlives the call.
+template <class F, class = void>
+struct can_submit : std::false_type {};
+template <class F>
+struct can_submit<F, std::void_t<decltype(std::declval<async_context&>().submit(
+                         std::declval<F>(), operation::read, nullptr, 0, 0))>> : std::true_type {};
+static_assert(can_submit<const file&>::value && can_submit<file&>::value);
+static_assert(!can_submit<file>::value);
 
 BOOST_AUTO_TEST_CASE(a_registered_file_closed_behind_the_backend_is_never_used_for_its_number) {
-    // Closing the backend's file takes a cast now (see above); even then, a new file which gets
-    // the same descriptor number is read, not the registered one.
+    // Closing the backend's file takes a const_cast now (see above); even then, a new file which
+    // gets the same descriptor number is read, not the registered one.
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path first_path("registered_first");
     nvmeio_test::temp_path second_path("registered_second");
@@ -247,7 +291,7 @@ BOOST_AUTO_TEST_CASE(a_registered_file_closed_behind_the_backend_is_never_used_f
     files.emplace_back(first_path.str(), open_mode::read);
     const int number = files.front().native_handle();
     context.backend().register_files(std::move(files));
-    static_cast<file&>(context.backend().registered_file(0)).close();
+    const_cast<file&>(context.backend().registered_file(0)).close();
     file second(second_path.str(), open_mode::read);
     BOOST_TEST_REQUIRE(second.native_handle() == number, "the kernel did not reuse the number");
     aligned_buffer into(block);

@@ -183,7 +183,7 @@ BOOST_AUTO_TEST_CASE(a_context_that_moves_to_another_thread_keeps_its_registrati
     std::vector<aligned_buffer> by_hand;
     by_hand.emplace_back(size);
     context.backend().register_buffers(std::move(by_hand));
-    registered_file_handle& source = context.backend().registered_file(0);
+    const file& source = context.backend().registered_file(0);
     const registered_buffer mine = context.backend().registered_buffer_at(0);
     aligned_buffer pinned(size);
     file out(write_path.str(), open_mode::write);

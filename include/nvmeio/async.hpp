@@ -185,8 +185,9 @@ class basic_async_context {
 
     /// Starts moving `length` bytes between `buffer` and `offset` of `f`; returns at once.
     /// Throws std::invalid_argument now when a precondition of strategy.hpp is violated.
-    [[nodiscard]] transfer_handle submit(file& f, operation op, void* buffer, std::size_t length,
-                                         std::uint64_t offset, const transfer_config& config = {}) {
+    [[nodiscard]] transfer_handle submit(const file& f, operation op, void* buffer,
+                                         std::size_t length, std::uint64_t offset,
+                                         const transfer_config& config = {}) {
         pool_.creator().require_current("async_context");
         detail::check_transfer(f, op, buffer, length, offset, block_size());
         auto state = std::make_shared<detail::async_state>();
@@ -209,6 +210,10 @@ class basic_async_context {
         return transfer_handle(std::move(state));
     }
 
+    /// A temporary file would be gone before the transfer runs.
+    transfer_handle submit(const file&&, operation, void*, std::size_t, std::uint64_t,
+                           const transfer_config& = {}) = delete;
+
     /// Cancels the transfers no worker has started; returns how many. Their handles report
     /// std::errc::operation_canceled; running transfers finish normally.
     std::size_t cancel_pending() {
@@ -225,7 +230,7 @@ using async_context = basic_async_context<libaio_backend>;
 
 /// Starts reading `length` bytes at `offset` of `f` into `buffer`; see basic_async_context.
 template <class Backend>
-[[nodiscard]] transfer_handle async_read(basic_async_context<Backend>& context, file& f,
+[[nodiscard]] transfer_handle async_read(basic_async_context<Backend>& context, const file& f,
                                          void* buffer, std::size_t length, std::uint64_t offset,
                                          const transfer_config& config = {}) {
     return context.submit(f, operation::read, buffer, length, offset, config);
@@ -233,12 +238,21 @@ template <class Backend>
 
 /// Starts writing `length` bytes from `buffer` at `offset` of `f`; see basic_async_context.
 template <class Backend>
-[[nodiscard]] transfer_handle async_write(basic_async_context<Backend>& context, file& f,
+[[nodiscard]] transfer_handle async_write(basic_async_context<Backend>& context, const file& f,
                                           const void* buffer, std::size_t length,
                                           std::uint64_t offset,
                                           const transfer_config& config = {}) {
     return context.submit(f, operation::write, const_cast<void*>(buffer), length, offset, config);
 }
+
+/// A temporary file would be gone before the transfer runs.
+template <class Backend>
+transfer_handle async_read(basic_async_context<Backend>&, const file&&, void*, std::size_t,
+                           std::uint64_t, const transfer_config& = {}) = delete;
+/// A temporary file would be gone before the transfer runs.
+template <class Backend>
+transfer_handle async_write(basic_async_context<Backend>&, const file&&, const void*, std::size_t,
+                            std::uint64_t, const transfer_config& = {}) = delete;
 
 }  // namespace v0
 }  // namespace nvmeio

@@ -47,7 +47,7 @@ namespace detail {
 
 // A checked batch on one aio context.
 template <class Backend>
-batch_outcome checked_batch(basic_aio_context<Backend>& context, file& f, operation op,
+batch_outcome checked_batch(basic_aio_context<Backend>& context, const file& f, operation op,
                             const std::vector<batch_request>& requests,
                             const batch_options& options) {
     check_batch(f, op, requests, options);
@@ -56,7 +56,7 @@ batch_outcome checked_batch(basic_aio_context<Backend>& context, file& f, operat
 
 // A checked batch over the threads of a parallel context.
 template <class Backend>
-batch_outcome checked_batch(basic_parallel_context<Backend>& context, file& f, operation op,
+batch_outcome checked_batch(basic_parallel_context<Backend>& context, const file& f, operation op,
                             const std::vector<batch_request>& requests,
                             const batch_options& options) {
     check_batch(f, op, requests, options);
@@ -77,7 +77,7 @@ inline const io_failure& first_failure(const batch_outcome& outcome) {
 /// bounce arena); then throws io_error for the first failed request (in the caller's order).
 /// Throws std::invalid_argument for a request that breaks a rule above, before any I/O.
 template <class Context>
-[[nodiscard]] batch_outcome transfer_batch(Context& context, file& f, operation op,
+[[nodiscard]] batch_outcome transfer_batch(Context& context, const file& f, operation op,
                                            const std::vector<batch_request>& requests,
                                            const batch_options& options = {}) {
     batch_outcome outcome = detail::checked_batch(context, f, op, requests, options);
@@ -88,7 +88,7 @@ template <class Context>
 /// As above; sets `ec` to the first failed request's code instead of throwing, and the outcome
 /// records what happened to every request.
 template <class Context>
-[[nodiscard]] batch_outcome transfer_batch(Context& context, file& f, operation op,
+[[nodiscard]] batch_outcome transfer_batch(Context& context, const file& f, operation op,
                                            const std::vector<batch_request>& requests,
                                            const batch_options& options, std::error_code& ec) {
     batch_outcome outcome = detail::checked_batch(context, f, op, requests, options);
@@ -98,7 +98,7 @@ template <class Context>
 
 /// Reads every request of the batch; throws io_error for the first failed request.
 template <class Context>
-[[nodiscard]] batch_outcome read_batch(Context& context, file& f,
+[[nodiscard]] batch_outcome read_batch(Context& context, const file& f,
                                        const std::vector<batch_request>& requests,
                                        const batch_options& options = {}) {
     return transfer_batch(context, f, operation::read, requests, options);
@@ -106,7 +106,7 @@ template <class Context>
 
 /// Reads every request of the batch; reports the first failure through `ec`.
 template <class Context>
-[[nodiscard]] batch_outcome read_batch(Context& context, file& f,
+[[nodiscard]] batch_outcome read_batch(Context& context, const file& f,
                                        const std::vector<batch_request>& requests,
                                        const batch_options& options, std::error_code& ec) {
     return transfer_batch(context, f, operation::read, requests, options, ec);
@@ -114,15 +114,17 @@ template <class Context>
 
 /// Writes every request of the batch; throws io_error for the first failed request.
 template <class Context>
-batch_outcome write_batch(Context& context, file& f, const std::vector<batch_request>& requests,
+batch_outcome write_batch(Context& context, const file& f,
+                          const std::vector<batch_request>& requests,
                           const batch_options& options = {}) {
     return transfer_batch(context, f, operation::write, requests, options);
 }
 
 /// Writes every request of the batch; reports the first failure through `ec`.
 template <class Context>
-batch_outcome write_batch(Context& context, file& f, const std::vector<batch_request>& requests,
-                          const batch_options& options, std::error_code& ec) {
+batch_outcome write_batch(Context& context, const file& f,
+                          const std::vector<batch_request>& requests, const batch_options& options,
+                          std::error_code& ec) {
     return transfer_batch(context, f, operation::write, requests, options, ec);
 }
 

@@ -34,7 +34,7 @@ inline namespace v0 {
 class file;
 
 namespace detail {
-inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uint64_t keep);
+inline io_failure trim_write_padding(const file& f, std::uint64_t padded_end, std::uint64_t keep);
 
 /// `RWF_DONTCACHE` (Linux 6.14), which C libraries of 2023 do not name yet.
 inline constexpr int rwf_dontcache = 0x00000080;
@@ -42,7 +42,8 @@ inline constexpr int rwf_dontcache = 0x00000080;
 
 /// An open file. Move-only; closes exactly once; a closed or moved-from handle still names its
 /// file (every operation on it is an EBADF io_error). Distinct handles are independent, and one
-/// handle may be used by several threads.
+/// handle may be used by several threads. Every I/O member is const: a `const file&` moves bytes
+/// but cannot be closed, assigned or swapped (io_uring_backend::registered_file hands one out).
 ///
 /// O_DIRECT: the asynchronous transfers (strategy.hpp) need buffers aligned to
 /// `alignment().memory` and offsets to `alignment().offset`, any length; `read_at`/`write_at` take
@@ -141,7 +142,7 @@ class file {
     /// and EINTR. Returns the bytes read: fewer than `length` only at end of file. On an O_DIRECT
     /// handle the last alignment unit below 2^63, which O_DIRECT cannot address, reads as the end
     /// of the file when the file ends before it, and is an EOVERFLOW `io_error` otherwise.
-    std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset) {
+    std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset) const {
         io_failure failure;
         const std::size_t done = read_at(buffer, length, offset, failure);
         detail::throw_if(failure);
@@ -149,7 +150,7 @@ class file {
     }
     /// As above, reporting failure through `ec`.
     std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset,
-                        std::error_code& ec) {
+                        std::error_code& ec) const {
         io_failure failure;
         const std::size_t done = read_at(buffer, length, offset, failure);
         ec = failure.code;
@@ -161,14 +162,14 @@ class file {
     /// (`reserve_range`). On an O_DIRECT handle, partial alignment units at either end are merged
     /// with the file's bytes (read-modify-write) and the file ends `max(previous size, offset +
     /// length)` long, also while other threads write other ranges (see the class comment).
-    void write_at(const void* buffer, std::size_t length, std::uint64_t offset) {
+    void write_at(const void* buffer, std::size_t length, std::uint64_t offset) const {
         io_failure failure;
         write_at(buffer, length, offset, failure);
         detail::throw_if(failure);
     }
     /// As above, reporting failure through `ec`.
     void write_at(const void* buffer, std::size_t length, std::uint64_t offset,
-                  std::error_code& ec) {
+                  std::error_code& ec) const {
         io_failure failure;
         write_at(buffer, length, offset, failure);
         ec = failure.code;
@@ -181,13 +182,13 @@ class file {
     /// already inside it and for block devices and other special files. Every write path of
     /// nvmeio calls it first; on a full disk it fails before any byte moves (ENOSPC, "write
     /// (reserving its range with fallocate)", the whole range).
-    void reserve_range(std::uint64_t offset, std::size_t length) {
+    void reserve_range(std::uint64_t offset, std::size_t length) const {
         io_failure failure;
         reserve_range(offset, length, failure);
         detail::throw_if(failure);
     }
     /// As above, reporting failure through `ec`.
-    void reserve_range(std::uint64_t offset, std::size_t length, std::error_code& ec) {
+    void reserve_range(std::uint64_t offset, std::size_t length, std::error_code& ec) const {
         io_failure failure;
         reserve_range(offset, length, failure);
         ec = failure.code;
@@ -195,20 +196,20 @@ class file {
 
     /// Sets the file's size (under the file's size mutex, so that no concurrent write of nvmeio
     /// undoes it).
-    void truncate(std::uint64_t size) {
+    void truncate(std::uint64_t size) const {
         std::error_code ec;
         truncate(size, ec);
         detail::throw_if({ec, operation_name("truncate"), path(), size, 0});
     }
     /// Sets the file's size, reporting failure through `ec`.
-    void truncate(std::uint64_t size, std::error_code& ec) {
+    void truncate(std::uint64_t size, std::error_code& ec) const {
         std::unique_lock<std::mutex> lock;
         if (size_lock_) lock = std::unique_lock<std::mutex>(*size_lock_);
         truncate_unlocked(size, ec);
     }
 
   private:
-    void truncate_unlocked(std::uint64_t size, std::error_code& ec) noexcept {
+    void truncate_unlocked(std::uint64_t size, std::error_code& ec) const noexcept {
         ec.clear();
         if (!is_open()) {
             ec = detail::errno_code(EBADF);
@@ -224,13 +225,13 @@ class file {
 
   public:
     /// Flushes the file's data to the device (`fdatasync`).
-    void sync() {
+    void sync() const {
         std::error_code ec;
         sync(ec);
         detail::throw_if({ec, operation_name("fdatasync"), path(), 0, 0});
     }
     /// Flushes the file's data to the device, reporting failure through `ec`.
-    void sync(std::error_code& ec) noexcept {
+    void sync(std::error_code& ec) const noexcept {
         ec.clear();
         if (::fdatasync(fd_) != 0) ec = detail::errno_code(errno);  // EBADF when closed
     }
@@ -267,15 +268,15 @@ class file {
     /// read_at, write_at and reserve_range as above, recording the whole failure (operation,
     /// path, offset, length) in `failure` (empty on success), as a batch's results do.
     std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset,
-                        io_failure& failure);
+                        io_failure& failure) const;
     /// See read_at(void*, std::size_t, std::uint64_t, io_failure&).
     void write_at(const void* buffer, std::size_t length, std::uint64_t offset,
-                  io_failure& failure);
+                  io_failure& failure) const;
     /// See read_at(void*, std::size_t, std::uint64_t, io_failure&).
-    void reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure);
+    void reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure) const;
 
   private:
-    friend io_failure detail::trim_write_padding(file&, std::uint64_t, std::uint64_t);
+    friend io_failure detail::trim_write_padding(const file&, std::uint64_t, std::uint64_t);
 
     io_failure open_impl(std::string path, open_mode mode, direct_io direct);
     // Whether this process may open a file of `kind` (device `device`); else why not.
@@ -303,16 +304,18 @@ class file {
     }
     // The plain loops, valid when the range satisfies the descriptor's constraints.
     std::size_t read_plain(void* buffer, std::size_t length, std::uint64_t offset,
-                           io_failure& failure) noexcept;
+                           io_failure& failure) const noexcept;
     bool write_plain(const void* buffer, std::size_t length, std::uint64_t offset,
-                     io_failure& failure) noexcept;
+                     io_failure& failure) const noexcept;
     // reserve_range, returning a size the file had afterwards (>= offset + length; 0 for
     // files that do not grow).
-    std::uint64_t reserve_and_size(std::uint64_t offset, std::size_t length, io_failure& failure);
+    std::uint64_t reserve_and_size(std::uint64_t offset, std::size_t length,
+                                   io_failure& failure) const;
     // Writes the caller's `want` bytes at `skip` into the whole units [start, start + span),
     // merged with the file's bytes in the partial units at either end, through `bounce`.
     bool write_merged(std::byte* bounce, const std::byte* bytes, std::uint64_t start,
-                      std::size_t skip, std::size_t want, std::size_t span, io_failure& failure);
+                      std::size_t skip, std::size_t want, std::size_t span,
+                      io_failure& failure) const;
 
     int fd_ = -1;
     bool direct_ = false;
@@ -332,7 +335,7 @@ namespace detail {
 /// the file's size mutex, when the file still ends exactly at `padded_end`, its size becomes
 /// `keep` (the writer's end, or where the file ended inside that unit before, if larger); a file
 /// another writer has grown further is left alone. Regular files only; a no-op for others.
-inline io_failure trim_write_padding(file& f, std::uint64_t padded_end, std::uint64_t keep) {
+inline io_failure trim_write_padding(const file& f, std::uint64_t padded_end, std::uint64_t keep) {
     if (f.kind_ != file_kind::regular || !f.size_lock_ || keep >= padded_end) return {};
     std::lock_guard<std::mutex> lock(*f.size_lock_);
     std::error_code ec;

@@ -31,8 +31,8 @@ namespace detail {
 
 // A checked transfer cut into aligned pieces, one per worker.
 template <class Backend>
-transfer_result split_transfer(basic_parallel_context<Backend>& context, file& f, operation op,
-                               void* buffer, std::size_t length, std::uint64_t offset,
+transfer_result split_transfer(basic_parallel_context<Backend>& context, const file& f,
+                               operation op, void* buffer, std::size_t length, std::uint64_t offset,
                                const transfer_config& config, io_failure& failure) {
     failure = {};
     check_transfer(f, op, buffer, length, offset, context.block_size());
@@ -86,7 +86,7 @@ transfer_result split_transfer(basic_parallel_context<Backend>& context, file& f
 /// Moves `length` bytes between `buffer` and `offset` of `f` over the context's threads; throws
 /// io_error on failure, std::invalid_argument when a precondition of strategy.hpp is violated.
 template <class Backend>
-[[nodiscard]] transfer_result transfer(basic_parallel_context<Backend>& context, file& f,
+[[nodiscard]] transfer_result transfer(basic_parallel_context<Backend>& context, const file& f,
                                        operation op, void* buffer, std::size_t length,
                                        std::uint64_t offset, const transfer_config& config = {}) {
     return detail::or_throw([&](io_failure& failure) {
@@ -96,7 +96,7 @@ template <class Backend>
 
 /// As above; reports I/O failure through `ec` (bad parameters still throw).
 template <class Backend>
-[[nodiscard]] transfer_result transfer(basic_parallel_context<Backend>& context, file& f,
+[[nodiscard]] transfer_result transfer(basic_parallel_context<Backend>& context, const file& f,
                                        operation op, void* buffer, std::size_t length,
                                        std::uint64_t offset, const transfer_config& config,
                                        std::error_code& ec) {
@@ -108,16 +108,16 @@ template <class Backend>
 /// Reads `length` bytes at `offset` of `f` into `buffer` over the context's threads; throws
 /// io_error on failure.
 template <class Backend>
-[[nodiscard]] transfer_result read(basic_parallel_context<Backend>& context, file& f, void* buffer,
-                                   std::size_t length, std::uint64_t offset,
+[[nodiscard]] transfer_result read(basic_parallel_context<Backend>& context, const file& f,
+                                   void* buffer, std::size_t length, std::uint64_t offset,
                                    const transfer_config& config = {}) {
     return transfer(context, f, operation::read, buffer, length, offset, config);
 }
 
 /// Reads over the threads; reports failure through `ec`.
 template <class Backend>
-[[nodiscard]] transfer_result read(basic_parallel_context<Backend>& context, file& f, void* buffer,
-                                   std::size_t length, std::uint64_t offset,
+[[nodiscard]] transfer_result read(basic_parallel_context<Backend>& context, const file& f,
+                                   void* buffer, std::size_t length, std::uint64_t offset,
                                    const transfer_config& config, std::error_code& ec) {
     return transfer(context, f, operation::read, buffer, length, offset, config, ec);
 }
@@ -125,7 +125,7 @@ template <class Backend>
 /// Writes `length` bytes from `buffer` at `offset` of `f` over the context's threads; throws
 /// io_error on failure.
 template <class Backend>
-transfer_result write(basic_parallel_context<Backend>& context, file& f, const void* buffer,
+transfer_result write(basic_parallel_context<Backend>& context, const file& f, const void* buffer,
                       std::size_t length, std::uint64_t offset,
                       const transfer_config& config = {}) {
     return transfer(context, f, operation::write, const_cast<void*>(buffer), length, offset,
@@ -134,7 +134,7 @@ transfer_result write(basic_parallel_context<Backend>& context, file& f, const v
 
 /// Writes over the threads; reports failure through `ec`.
 template <class Backend>
-transfer_result write(basic_parallel_context<Backend>& context, file& f, const void* buffer,
+transfer_result write(basic_parallel_context<Backend>& context, const file& f, const void* buffer,
                       std::size_t length, std::uint64_t offset, const transfer_config& config,
                       std::error_code& ec) {
     return transfer(context, f, operation::write, const_cast<void*>(buffer), length, offset, config,

@@ -41,9 +41,9 @@ inline namespace v0 {
 /// Moves `length` bytes between `buffer` and `offset` of `f`; throws io_error on failure,
 /// std::invalid_argument when a precondition above is violated.
 template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-[[nodiscard]] transfer_result transfer(basic_aio_context<Backend>& context, file& f, operation op,
-                                       void* buffer, std::size_t length, std::uint64_t offset,
-                                       const Config& config = {}) {
+[[nodiscard]] transfer_result transfer(basic_aio_context<Backend>& context, const file& f,
+                                       operation op, void* buffer, std::size_t length,
+                                       std::uint64_t offset, const Config& config = {}) {
     detail::check_transfer(f, op, buffer, length, offset, context.block_size());
     return detail::or_throw([&](io_failure& failure) {
         return detail::run_transfer(context, f, op, buffer, length, offset, config, failure);
@@ -52,9 +52,10 @@ template <class Backend, class Config = transfer_config, detail::if_transfer_con
 
 /// As above; reports I/O failure through `ec` (bad parameters still throw).
 template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-[[nodiscard]] transfer_result transfer(basic_aio_context<Backend>& context, file& f, operation op,
-                                       void* buffer, std::size_t length, std::uint64_t offset,
-                                       const Config& config, std::error_code& ec) {
+[[nodiscard]] transfer_result transfer(basic_aio_context<Backend>& context, const file& f,
+                                       operation op, void* buffer, std::size_t length,
+                                       std::uint64_t offset, const Config& config,
+                                       std::error_code& ec) {
     detail::check_transfer(f, op, buffer, length, offset, context.block_size());
     return detail::or_report(ec, [&](io_failure& failure) {
         return detail::run_transfer(context, f, op, buffer, length, offset, config, failure);
@@ -63,7 +64,7 @@ template <class Backend, class Config = transfer_config, detail::if_transfer_con
 
 /// Reads `length` bytes at `offset` of `f` into `buffer`; throws io_error on failure.
 template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-[[nodiscard]] transfer_result read(basic_aio_context<Backend>& context, file& f, void* buffer,
+[[nodiscard]] transfer_result read(basic_aio_context<Backend>& context, const file& f, void* buffer,
                                    std::size_t length, std::uint64_t offset,
                                    const Config& config = {}) {
     return transfer(context, f, operation::read, buffer, length, offset, config);
@@ -71,7 +72,7 @@ template <class Backend, class Config = transfer_config, detail::if_transfer_con
 
 /// Reads; reports failure through `ec`.
 template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-[[nodiscard]] transfer_result read(basic_aio_context<Backend>& context, file& f, void* buffer,
+[[nodiscard]] transfer_result read(basic_aio_context<Backend>& context, const file& f, void* buffer,
                                    std::size_t length, std::uint64_t offset, const Config& config,
                                    std::error_code& ec) {
     return transfer(context, f, operation::read, buffer, length, offset, config, ec);
@@ -79,7 +80,7 @@ template <class Backend, class Config = transfer_config, detail::if_transfer_con
 
 /// Writes `length` bytes from `buffer` at `offset` of `f`; throws io_error on failure.
 template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-transfer_result write(basic_aio_context<Backend>& context, file& f, const void* buffer,
+transfer_result write(basic_aio_context<Backend>& context, const file& f, const void* buffer,
                       std::size_t length, std::uint64_t offset, const Config& config = {}) {
     return transfer(context, f, operation::write, const_cast<void*>(buffer), length, offset,
                     config);
@@ -87,7 +88,7 @@ transfer_result write(basic_aio_context<Backend>& context, file& f, const void* 
 
 /// Writes; reports failure through `ec`.
 template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-transfer_result write(basic_aio_context<Backend>& context, file& f, const void* buffer,
+transfer_result write(basic_aio_context<Backend>& context, const file& f, const void* buffer,
                       std::size_t length, std::uint64_t offset, const Config& config,
                       std::error_code& ec) {
     return transfer(context, f, operation::write, const_cast<void*>(buffer), length, offset, config,
@@ -97,7 +98,7 @@ transfer_result write(basic_aio_context<Backend>& context, file& f, const void* 
 /// Reads `length` bytes at `offset` of `f` into `buffer`; throws std::invalid_argument when
 /// `length > buffer.size()` (and for the O_DIRECT rules above), io_error on failure.
 template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-[[nodiscard]] transfer_result read(basic_aio_context<Backend>& context, file& f,
+[[nodiscard]] transfer_result read(basic_aio_context<Backend>& context, const file& f,
                                    aligned_buffer& buffer, std::size_t length, std::uint64_t offset,
                                    const Config& config = {}) {
     detail::check_buffer_holds(buffer, length, operation::read, f, offset);
@@ -106,7 +107,7 @@ template <class Backend, class Config = transfer_config, detail::if_transfer_con
 
 /// As above; reports I/O failure through `ec` (bad parameters still throw).
 template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-[[nodiscard]] transfer_result read(basic_aio_context<Backend>& context, file& f,
+[[nodiscard]] transfer_result read(basic_aio_context<Backend>& context, const file& f,
                                    aligned_buffer& buffer, std::size_t length, std::uint64_t offset,
                                    const Config& config, std::error_code& ec) {
     detail::check_buffer_holds(buffer, length, operation::read, f, offset);
@@ -116,17 +117,18 @@ template <class Backend, class Config = transfer_config, detail::if_transfer_con
 /// Writes `length` bytes of `buffer` at `offset` of `f`; throws std::invalid_argument when
 /// `length > buffer.size()` (and for the O_DIRECT rules above), io_error on failure.
 template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-transfer_result write(basic_aio_context<Backend>& context, file& f, const aligned_buffer& buffer,
-                      std::size_t length, std::uint64_t offset, const Config& config = {}) {
+transfer_result write(basic_aio_context<Backend>& context, const file& f,
+                      const aligned_buffer& buffer, std::size_t length, std::uint64_t offset,
+                      const Config& config = {}) {
     detail::check_buffer_holds(buffer, length, operation::write, f, offset);
     return write(context, f, buffer.data(), length, offset, config);
 }
 
 /// As above; reports I/O failure through `ec` (bad parameters still throw).
 template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-transfer_result write(basic_aio_context<Backend>& context, file& f, const aligned_buffer& buffer,
-                      std::size_t length, std::uint64_t offset, const Config& config,
-                      std::error_code& ec) {
+transfer_result write(basic_aio_context<Backend>& context, const file& f,
+                      const aligned_buffer& buffer, std::size_t length, std::uint64_t offset,
+                      const Config& config, std::error_code& ec) {
     detail::check_buffer_holds(buffer, length, operation::write, f, offset);
     return write(context, f, buffer.data(), length, offset, config, ec);
 }

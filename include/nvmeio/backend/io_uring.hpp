@@ -294,11 +294,9 @@ class io_uring_backend {
     [[nodiscard]] std::size_t registered_file_count() const noexcept { return files_.count(); }
 
     /// Registered file `index` (in registration order), to transfer through. The backend owns
-    /// it: the handle cannot be closed, assigned or swapped (registered_file_handle).
-    /// Throws std::invalid_argument for an index past the registered ones.
-    [[nodiscard]] registered_file_handle& registered_file(std::size_t index) {
-        return files_.at(index);
-    }
+    /// it; it is const so that it cannot be closed or replaced while the kernel holds its
+    /// descriptor. Throws std::invalid_argument for an index past the registered ones.
+    [[nodiscard]] const file& registered_file(std::size_t index) const { return files_.at(index); }
 
     /// Unregisters the files and gives them back, still open, in registration order (empty
     /// when none were registered). Throws io_error (EBUSY) while requests are in flight.

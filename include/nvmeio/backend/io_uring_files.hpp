@@ -20,23 +20,6 @@
 namespace nvmeio {
 inline namespace v0 {
 
-/// A file registered with an io_uring ring (io_uring_backend::registered_file): transfer
-/// through it as through any file, but it cannot be closed, assigned or swapped here, because
-/// the kernel's registration would keep the old file behind a descriptor number a new file may
-/// take. Unregister the files (io_uring_backend::unregister_files) to get them back as `file`s.
-class registered_file_handle final : public file {
-  public:
-    /// Takes `f` over (the backend does, at registration).
-    explicit registered_file_handle(file&& f) noexcept : file(std::move(f)) {}
-    /// Moves within the backend's table.
-    registered_file_handle(registered_file_handle&&) noexcept = default;
-    registered_file_handle& operator=(registered_file_handle&&) = delete;
-    registered_file_handle& operator=(file&&) = delete;
-    void close() = delete;
-    void close(std::error_code&) = delete;
-    void swap(file&) = delete;
-};
-
 namespace detail {
 
 // The files registered with one ring, in registration order. Not thread-safe: the ring's
@@ -65,10 +48,7 @@ class ring_files {
                             "io_uring_register_files (" + std::to_string(files.size()) + " files)",
                             files.front().path(), 0, 0});
         }
-        files_.reserve(files.size());
-        for (file& f : files)
-            files_.emplace_back(std::move(f));
-        files.clear();
+        files_ = std::exchange(files, {});
         descriptors_ = std::move(descriptors);
     }
 
@@ -88,18 +68,14 @@ class ring_files {
         const int rc = ::io_uring_unregister_files(&ring);
         if (rc < 0) throw io_error({errno_code(-rc), "io_uring_unregister_files", "", 0, 0});
         descriptors_.clear();
-        std::vector<file> taken;
-        taken.reserve(files_.size());
-        for (registered_file_handle& f : files_)
-            taken.push_back(std::move(static_cast<file&>(f)));
-        files_.clear();
-        return taken;
+        return std::exchange(files_, {});
     }
 
     [[nodiscard]] std::size_t count() const noexcept { return files_.size(); }
 
-    // File `index`; throws std::invalid_argument past the registered ones.
-    [[nodiscard]] registered_file_handle& at(std::size_t index) {
+    // File `index`, const so that no one closes or replaces it; throws std::invalid_argument
+    // past the registered ones.
+    [[nodiscard]] const file& at(std::size_t index) const {
         if (index >= files_.size()) {
             throw_invalid("registered_file(" + std::to_string(index) +
                           "): " + std::to_string(files_.size()) + " files are registered");
@@ -108,8 +84,8 @@ class ring_files {
     }
 
     // The registered index of descriptor `fd`, or -1. The file's current descriptor must still
-    // be the registered one: a registered file closed behind the backend (through a cast to
-    // `file&`) matches nothing, whatever file reuses its number.
+    // be the registered one: a registered file closed behind the backend (through a const_cast)
+    // matches nothing, whatever file reuses its number.
     [[nodiscard]] int index_of(int fd) const noexcept {
         for (std::size_t i = 0; i < descriptors_.size(); ++i) {
             if (descriptors_[i] == fd && files_[i].native_handle() == fd)
@@ -119,7 +95,7 @@ class ring_files {
     }
 
   private:
-    std::vector<registered_file_handle> files_;
+    std::vector<file> files_;
     std::vector<int> descriptors_;  // files_' descriptors as registered
 };
 

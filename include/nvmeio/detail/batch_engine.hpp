@@ -109,7 +109,7 @@ struct batch_wave {
 // where the furthest padded write ends and where the file must end if that is past its end.
 template <class Context, class Strategy>
 std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
-    Context& context, file& f, batch_wave& w, const Strategy& policy, transfer_perf* perf,
+    Context& context, const file& f, batch_wave& w, const Strategy& policy, transfer_perf* perf,
     const std::vector<batch_request>& requests) {
     const std::size_t unit = f.required_alignment();
     std::vector<segment> units;
@@ -152,10 +152,11 @@ std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
 // queue full. Results go to `results` (each request's own element, so workers running other
 // groups may share it), counts to `tally`, measurements (when asked) to `perf`.
 template <class Context>
-void run_groups(Context& context, file& f, operation op, const std::vector<batch_request>& requests,
-                const std::vector<batch_group>& groups, const std::vector<std::size_t>& which,
-                const batch_options& options, std::vector<batch_result>& results,
-                batch_outcome& tally, std::vector<transfer_perf>& perf) {
+void run_groups(Context& context, const file& f, operation op,
+                const std::vector<batch_request>& requests, const std::vector<batch_group>& groups,
+                const std::vector<std::size_t>& which, const batch_options& options,
+                std::vector<batch_result>& results, batch_outcome& tally,
+                std::vector<transfer_perf>& perf) {
     const std::size_t unit = f.required_alignment();
     const std::size_t arena_alignment =
         std::max<std::size_t>(f.is_direct() ? f.alignment().memory : 1, 4096);
@@ -282,7 +283,7 @@ inline std::uint64_t bytes_moved(const batch_outcome& outcome) {
 
 // A checked batch on one context.
 template <class Context>
-batch_outcome run_batch(Context& context, file& f, operation op,
+batch_outcome run_batch(Context& context, const file& f, operation op,
                         const std::vector<batch_request>& requests, const batch_options& options) {
     const auto start = std::chrono::steady_clock::now();
     const std::vector<batch_group> groups = plan_batch(f, requests, options);
@@ -303,7 +304,7 @@ batch_outcome run_batch(Context& context, file& f, operation op,
 // file order, so that cutting the file back to its size never races with another worker growing
 // it.
 template <class Parallel>
-batch_outcome spread_batch(Parallel& context, file& f, operation op,
+batch_outcome spread_batch(Parallel& context, const file& f, operation op,
                            const std::vector<batch_request>& requests,
                            const batch_options& options) {
     const auto start = std::chrono::steady_clock::now();

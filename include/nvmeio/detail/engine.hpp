@@ -240,8 +240,8 @@ class engine {
     /// measuring into `perf` unless it is null; afterwards each segment has its `bytes` and
     /// `failure`. Throws std::logic_error for a context used by two threads at once or after fork.
     template <class Strategy, class Context>
-    static void move(Context& context, file& f, operation op, segment* segments, std::size_t count,
-                     const Strategy& policy, transfer_perf* perf) {
+    static void move(Context& context, const file& f, operation op, segment* segments,
+                     std::size_t count, const Strategy& policy, transfer_perf* perf) {
         if (count == 0) return;
         context.creator_.require_current("aio_context");
         const auto busy = context.in_use_.acquire("aio_context");
@@ -298,7 +298,7 @@ class engine {
     };
     // What one run works on: set by run(), gone when it returns.
     struct job {
-        job(Backend& b, const context_options& options, file& f, operation o, segment* s,
+        job(Backend& b, const context_options& options, const file& f, operation o, segment* s,
             std::size_t n, submit_mode submit, transfer_perf* measure,
             const std::vector<segment_state>& state)
             : backend(b),
@@ -315,7 +315,7 @@ class engine {
               slot_count(options.queue_depth) {}
 
         Backend& backend;
-        file& target;
+        const file& target;
         const operation op;
         segment* const segments;
         const std::size_t count;
@@ -340,7 +340,7 @@ class engine {
     }
 
     template <class Strategy>
-    void run(Backend& backend, const context_options& options, file& target, operation op,
+    void run(Backend& backend, const context_options& options, const file& target, operation op,
              segment* segments, std::size_t count, submit_mode submit, transfer_perf* perf) {
         constexpr bool drain_before_refill = Strategy::kind == strategy_kind::sequential;
         job j(backend, options, target, op, segments, count, submit, perf, state_);
@@ -412,7 +412,7 @@ class engine {
 
     // Before a write, reserves each run of adjacent segments (each starting where the one before
     // ends) with file::reserve_range; a run that cannot be reserved fails its segments.
-    static void reserve_write_runs(file& f, segment* segments, std::size_t count) {
+    static void reserve_write_runs(const file& f, segment* segments, std::size_t count) {
         for (std::size_t first = 0; first < count;) {
             std::size_t last = first;
             std::uint64_t end = segments[first].offset + segments[first].length;

@@ -9,7 +9,7 @@
 namespace nvmeio {
 
 inline std::size_t file::read_plain(void* buffer, std::size_t length, std::uint64_t offset,
-                                    io_failure& failure) noexcept {
+                                    io_failure& failure) const noexcept {
     auto* out = static_cast<std::byte*>(buffer);
     std::size_t done = 0;
     while (done < length) {
@@ -30,7 +30,7 @@ inline std::size_t file::read_plain(void* buffer, std::size_t length, std::uint6
 }
 
 inline bool file::write_plain(const void* buffer, std::size_t length, std::uint64_t offset,
-                              io_failure& failure) noexcept {
+                              io_failure& failure) const noexcept {
     const auto* in = static_cast<const std::byte*>(buffer);
     std::size_t done = 0;
     while (done < length) {
@@ -56,7 +56,7 @@ inline constexpr std::size_t bounce_size = 64 * 1024;
 }  // namespace detail
 
 inline std::size_t file::read_at(void* buffer, std::size_t length, std::uint64_t offset,
-                                 io_failure& failure) {
+                                 io_failure& failure) const {
     failure = {};
     if (!is_open()) {
         failure = {detail::errno_code(EBADF), operation_name("read"), path(), offset, length};
@@ -110,12 +110,13 @@ inline std::size_t file::read_at(void* buffer, std::size_t length, std::uint64_t
     return done;
 }
 
-inline void file::reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure) {
+inline void file::reserve_range(std::uint64_t offset, std::size_t length,
+                                io_failure& failure) const {
     (void)reserve_and_size(offset, length, failure);
 }
 
 inline std::uint64_t file::reserve_and_size(std::uint64_t offset, std::size_t length,
-                                            io_failure& failure) {
+                                            io_failure& failure) const {
     failure = {};
     if (length == 0 || kind_ != file_kind::regular || !size_lock_) return 0;
     const std::uint64_t end = offset + length;
@@ -148,7 +149,7 @@ inline std::uint64_t file::reserve_and_size(std::uint64_t offset, std::size_t le
 
 inline bool file::write_merged(std::byte* bounce, const std::byte* bytes, std::uint64_t start,
                                std::size_t skip, std::size_t want, std::size_t span,
-                               io_failure& failure) {
+                               io_failure& failure) const {
     const std::size_t unit = alignment_.strictest();
     // Only the partial units at either end need the file's bytes; what the file does not have
     // (past its end) is zero.
@@ -170,7 +171,7 @@ inline bool file::write_merged(std::byte* bounce, const std::byte* bytes, std::u
 }
 
 inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t offset,
-                           io_failure& failure) {
+                           io_failure& failure) const {
     failure = {};
     if (!is_open()) {
         failure = {detail::errno_code(EBADF), operation_name("write"), path(), offset, length};

@@ -144,7 +144,7 @@ decltype(auto) with_policy(const overlapped& policy, Run&& run) {
 
 // A checked transfer on one aio context: one segment through the engine.
 template <class Context, class Config>
-transfer_result run_transfer(Context& context, file& f, operation op, void* buffer,
+transfer_result run_transfer(Context& context, const file& f, operation op, void* buffer,
                              std::size_t length, std::uint64_t offset, const Config& config,
                              io_failure& failure) {
     transfer_result result;

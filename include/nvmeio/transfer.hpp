@@ -104,7 +104,7 @@ struct context_options {
     std::chrono::microseconds spin{0};
     /// Pin once: an io_uring context registers memory nvmeio allocated (every aligned_buffer)
     /// with its ring when it moves bytes through it a second time, so the kernel pins those
-    /// pages once instead of per request (backend/io_uring_buffers.hpp). false: every request
+    /// pages once instead of per request (backend/io_uring_registered.hpp). false: every request
     /// pins its own pages, as libaio's do.
     bool pin_once = true;
     /// One thread's ring: an io_uring context sets its ring up for the one thread that moves

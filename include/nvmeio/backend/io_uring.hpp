@@ -3,9 +3,8 @@
 /// The second Backend policy: io_uring through liburing (optional; whether this build and this
 /// kernel have it: backend/io_uring_support.hpp).
 
-#include "nvmeio/backend/io_uring_buffers.hpp"
-#include "nvmeio/backend/io_uring_files.hpp"
 #include "nvmeio/backend/io_uring_pagemap.hpp"
+#include "nvmeio/backend/io_uring_registered.hpp"
 #include "nvmeio/backend/io_uring_support.hpp"
 
 #include <sys/types.h>
@@ -92,7 +91,7 @@ struct request_plan {
 /// next `reap` hands over what the kernel did not take). -EINTR and -ECANCELED (an io-wq worker
 /// that could not start) go to the engine, which calls again or resubmits. Pin once: memory
 /// nvmeio allocated is registered with the ring when it moves a second time
-/// (backend/io_uring_buffers.hpp); buffers and files can be registered by hand too.
+/// (backend/io_uring_registered.hpp); buffers and files can be registered by hand too.
 class io_uring_backend {
   public:
     /// The backend's name in reports.

@@ -1,8 +1,8 @@
 #pragma once
-/// \file impl/memory_registry.hpp
+/// \file detail/memory_registry.hpp
 /// A record of the memory nvmeio allocated (aligned_buffers), for pinning it once: an io_uring
 /// ring that meets a request into such memory registers it with the kernel
-/// (backend/io_uring_buffers.hpp), and before the memory is freed every ring that did so lets go
+/// (backend/io_uring_registered.hpp), and before the memory is freed every ring that did so lets go
 /// of it, so a registration never outlives its memory. Memory nvmeio did not allocate is never
 /// here and is never pinned behind the caller's back.
 ///
@@ -52,6 +52,22 @@ struct piece_use {
     std::uintptr_t high;
     std::uint64_t moved;
 };
+
+// Whether [begin, begin + length) moves memory of the piece at `from` again: it lands in the
+// span moved before (through any ring, so a worker pins what another moved) and the bytes moved
+// cover that span. Notes the move. A buffer used once pins nothing; one used again is pinned on
+// its second pass, when its pages are present and cheap to pin (docs/perf/pin_once.md).
+inline bool moves_again(std::vector<piece_use>& uses, std::uintptr_t from, std::uintptr_t begin,
+                        std::size_t length) {
+    auto u = std::find_if(uses.begin(), uses.end(),
+                          [from](const piece_use& x) { return x.begin == from; });
+    if (u == uses.end()) u = uses.insert(uses.end(), {from, begin, begin, 0});
+    const bool again = begin < u->high && begin + length > u->low && u->moved >= u->high - u->low;
+    u->low = std::min(u->low, begin);
+    u->high = std::max<std::uintptr_t>(u->high, begin + length);
+    u->moved += length;
+    return again;
+}
 
 // A range of addresses: a registered buffer, or on a miss the gap around the address asked for.
 struct memory_range {

@@ -1,33 +1,11 @@
 #pragma once
-/// \file backend/io_uring_buffers.hpp
-/// An io_uring ring's table of registered buffers: those a caller hands over
-/// (io_uring_backend::register_buffers) and the memory nvmeio allocated that the ring pins on its
-/// own once it moves bytes through it again (pin once). A request whose memory lies in a
-/// registered buffer goes as READ_FIXED/WRITE_FIXED: the kernel pinned its pages once, at
-/// registration, instead of once per request.
-///
-/// Pin once, in detail:
-///  - Which memory: every aligned_buffer this copy of nvmeio allocated (impl/memory_registry.hpp
-///    records them; a shared object with hidden symbols has its own copy). Memory nvmeio
-///    did not allocate (a std::vector, a tensor, a mapping) is never pinned behind its owner's
-///    back; register it by hand if you own it.
-///  - How much, and when: the 64 MiB piece of the buffer that a request falls in, when the
-///    request moves memory of that piece that an earlier request through this ring moved (its
-///    second pass, for a buffer reused pass after pass). Its first pass goes plain, so memory
-///    used once costs what it did unpinned (see moves_again). A request that straddles
-///    two pieces goes plain.
-///  - Never stale: before an aligned_buffer's memory is freed, every ring that pinned it lets go
-///    (the slot is forgotten here and emptied in the kernel), so new memory at the same address
-///    is never moved through the old pages. A ring that serves one thread (SINGLE_ISSUER) takes
-///    table changes from that thread only: freed on another thread, the slot is forgotten at
-///    once (no request can reach it) and emptied by the ring's thread before its next submit,
-///    so the old pages stay pinned until then (or until the ring goes).
-///  - Refused: when the kernel will not pin (ENOMEM at RLIMIT_MEMLOCK; EINVAL before Linux 5.19,
-///    which has no sparse tables), the ring stops trying and its requests go plain; the process
-///    says so once on stderr and `registration_use::pin_refused` holds the errno. A full table
-///    (4096 slots) leaves further pieces plain. No transfer ever fails for it.
+/// \file backend/io_uring_registered.hpp
+/// What is registered with an io_uring ring: buffers (the caller's, and nvmeio's own memory that
+/// the ring pins once it moves again: pin once) and files. A request on them goes as
+/// READ_FIXED/WRITE_FIXED or IOSQE_FIXED_FILE: the kernel pinned the pages, or looked the
+/// descriptor up, once instead of per request. Pin once's rules: docs/perf/pin_once.md; what
+/// it promises: docs/GUARANTEES.md.
 
-#include "nvmeio/backend/io_uring_registration.hpp"
 #include "nvmeio/backend/io_uring_support.hpp"
 
 #include <sys/types.h>
@@ -35,12 +13,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -48,21 +27,52 @@
 #include "nvmeio/detail/memory_registry.hpp"
 #include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
+#include "nvmeio/file.hpp"
 
 namespace nvmeio {
 inline namespace v0 {
+
+/// Where a buffer registered with an io_uring_backend lives; the backend owns the memory.
+struct registered_buffer {
+    std::byte* data = nullptr;  ///< First byte (aligned as the aligned_buffer was).
+    std::size_t size = 0;       ///< The aligned_buffer's size().
+};
+
+/// How an io_uring_backend used its registrations so far.
+struct registration_use {
+    std::uint64_t fixed_buffer_requests = 0;  ///< READ_FIXED / WRITE_FIXED (pinned or by hand).
+    std::uint64_t fixed_file_requests = 0;    ///< IOSQE_FIXED_FILE.
+    std::uint64_t pinned = 0;    ///< Pieces of nvmeio's memory this ring pinned on its own.
+    std::uint64_t unpinned = 0;  ///< Of those, let go because their memory was being freed.
+    int pin_refused = 0;         ///< The errno with which the kernel refused to pin; 0 if never.
+};
 
 #if NVMEIO_HAS_IO_URING
 
 namespace detail {
 
 // Where a ring can be made, nvmeio's memory is recorded for pinning: from the moment the program
-// or shared object that includes this header is loaded (impl/memory_registry.hpp).
+// or shared object that includes this header is loaded (detail/memory_registry.hpp).
 inline const bool records_memory = (memory_registry::instance().start_recording(), true);
 
-// One ring's registered buffers: see the file comment. Thread-safe: the ring's thread looks up
-// and pins, any thread freeing an aligned_buffer unpins. Also keeps which thread the ring
-// serves, as table changes from any other thread must wait for that one.
+// Says once per process that pinning was refused, and what happens instead.
+inline void report_pin_refusal(int error) noexcept {
+    static std::once_flag said;
+    std::call_once(said, [error] {
+        std::string why = std::system_category().message(error);
+        if (error == ENOMEM) why += ": pinning would pass RLIMIT_MEMLOCK (ulimit -l)";
+        if (error == EINVAL) why += ": this kernel has no sparse buffer tables (Linux 5.19+)";
+        std::fprintf(stderr,
+                     "nvmeio: io_uring did not pin buffers (%s); requests go on unpinned, "
+                     "each pinning its pages as it runs\n",
+                     why.c_str());
+    });
+}
+
+// One ring's registered buffers, in a sparse table of `slots`. Pin once takes the 64 MiB `piece`
+// of nvmeio's memory a request falls in (one that straddles two goes plain). Thread-safe: the
+// ring's thread looks up and pins, any thread freeing an aligned_buffer unpins; table changes
+// from threads other than the ring's issuer wait for it (let_go).
 class ring_buffers final : public memory_pinner {
   public:
     static constexpr unsigned slots = 4096;
@@ -87,8 +97,7 @@ class ring_buffers final : public memory_pinner {
     }
 
     // The slot of the registered buffer holding [buffer, buffer + length), or -1; nvmeio's
-    // memory that moves again (moves_again) is pinned here. The pinning call runs with the
-    // registry's mutex held: 1-3 ms per 64 MiB piece of present pages, once per piece and ring.
+    // memory that moves again (moves_again) is pinned here, with the registry's mutex held.
     int index_for(const void* buffer, std::size_t length) noexcept {
         const auto begin = reinterpret_cast<std::uintptr_t>(buffer);
         {
@@ -383,6 +392,83 @@ class ring_buffers final : public memory_pinner {
     std::uint64_t gap_generation_ = ~std::uint64_t{0};
     std::uint64_t pinned_ = 0;
     std::uint64_t unpinned_ = 0;
+};
+
+// The files registered with one ring, in registration order. Not thread-safe: the ring's
+// thread uses it.
+class ring_files {
+  public:
+    // Registers `files` with `ring`; on success `files` is left empty, on failure untouched.
+    // Throws std::invalid_argument when files are already registered, when `files` is empty or
+    // one is not open; io_error when the kernel refuses.
+    void add(io_uring& ring, std::vector<file>&& files) {
+        if (!files_.empty()) throw_invalid("register_files: files are already registered");
+        if (files.empty()) throw_invalid("register_files: no files given");
+        std::vector<int> descriptors;
+        descriptors.reserve(files.size());
+        for (std::size_t i = 0; i < files.size(); ++i) {
+            if (!files[i].is_open()) {
+                throw_invalid("register_files: file " + std::to_string(i) + " (" + files[i].path() +
+                              ") is not open");
+            }
+            descriptors.push_back(files[i].native_handle());
+        }
+        const int rc = ::io_uring_register_files(&ring, descriptors.data(),
+                                                 static_cast<unsigned>(descriptors.size()));
+        if (rc < 0) {
+            throw io_error({errno_code(-rc),
+                            "io_uring_register_files (" + std::to_string(files.size()) + " files)",
+                            files.front().path(), 0, 0});
+        }
+        files_ = std::exchange(files, {});
+        descriptors_ = std::move(descriptors);
+    }
+
+    // Registers the same descriptors with a new ring (one that takes the old one's place);
+    // 0 or -errno.
+    int add_again(io_uring& ring) const noexcept {
+        if (descriptors_.empty()) return 0;
+        const int rc = ::io_uring_register_files(&ring, descriptors_.data(),
+                                                 static_cast<unsigned>(descriptors_.size()));
+        return rc < 0 ? rc : 0;
+    }
+
+    // Unregisters the files from `ring` and gives them back, still open (the caller checked
+    // that none is in flight). Throws io_error when the kernel refuses.
+    std::vector<file> take(io_uring& ring) {
+        if (files_.empty()) return {};
+        const int rc = ::io_uring_unregister_files(&ring);
+        if (rc < 0) throw io_error({errno_code(-rc), "io_uring_unregister_files", "", 0, 0});
+        descriptors_.clear();
+        return std::exchange(files_, {});
+    }
+
+    [[nodiscard]] std::size_t count() const noexcept { return files_.size(); }
+
+    // File `index`, const so that no one closes or replaces it; throws std::invalid_argument
+    // past the registered ones.
+    [[nodiscard]] const file& at(std::size_t index) const {
+        if (index >= files_.size()) {
+            throw_invalid("registered_file(" + std::to_string(index) +
+                          "): " + std::to_string(files_.size()) + " files are registered");
+        }
+        return files_[index];
+    }
+
+    // The registered index of descriptor `fd`, or -1. The file's current descriptor must still
+    // be the registered one: a registered file closed behind the backend (through a const_cast)
+    // matches nothing, whatever file reuses its number.
+    [[nodiscard]] int index_of(int fd) const noexcept {
+        for (std::size_t i = 0; i < descriptors_.size(); ++i) {
+            if (descriptors_[i] == fd && files_[i].native_handle() == fd)
+                return static_cast<int>(i);
+        }
+        return -1;
+    }
+
+  private:
+    std::vector<file> files_;
+    std::vector<int> descriptors_;  // files_' descriptors as registered
 };
 
 }  // namespace detail

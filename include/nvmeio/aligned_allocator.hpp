@@ -90,7 +90,7 @@ struct buffer_options {
 /// Pinned once: an io_uring context that moves bytes through the buffer again registers its
 /// memory with the kernel (backend/io_uring_registered.hpp), so later requests skip pinning its
 /// pages; freeing the buffer first lets every ring that did so go of it. Only where io_uring is
-/// included (impl/memory_registry.hpp); elsewhere allocating and freeing take no lock.
+/// included (detail/memory_registry.hpp); elsewhere allocating and freeing take no lock.
 class aligned_buffer {
   public:
     /// An empty buffer.

@@ -1,22 +1,9 @@
 #pragma once
 /// \file async.hpp
 /// Asynchronous transfers: `submit` now, `wait` (or poll) later, several outstanding at once
-/// (DeepSpeed's `async_pread` / `wait`, KvikIO's futures).
-///
-/// A `basic_async_context` owns worker threads, each with its own aio context; a submitted
-/// transfer runs whole on one worker, so up to `threads()` run at the same time and the rest
-/// queue in submission order. Preconditions (strategy.hpp's O_DIRECT rules) are checked by
-/// `submit`, which throws std::invalid_argument; I/O failures surface at `wait` as the same
-/// `io_error` a synchronous transfer throws.
-///
-/// Lifetimes: the file and the buffer must outlive the transfer (until `wait` returns or the
-/// handle is destroyed). Destroying a handle waits for its transfer; destroying the context waits
-/// for every transfer still queued or running (call `cancel_pending()` first to drop those not
-/// started: their handles then report `std::errc::operation_canceled`).
-///
-/// fork: the workers exist only in the process that created the context. In a child, `submit`,
-/// `cancel_pending` and a handle's `wait`, `wait_for` and `ready` throw std::logic_error;
-/// destroying the context or a handle there waits for nothing (the transfer is the parent's).
+/// (DeepSpeed's `async_pread` / `wait`, KvikIO's futures), each run whole on one of the
+/// context's worker threads. The file and the buffer must outlive the transfer: destroying a
+/// handle, or the context, waits for it. The whole contract: docs/GUARANTEES.md, section 5c.
 
 #include <chrono>
 #include <condition_variable>

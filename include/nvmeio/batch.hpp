@@ -1,32 +1,11 @@
 #pragma once
 /// \file batch.hpp
-/// Batched (vectored) transfers: many `(buffer, length, offset)` requests on one file, e.g. every
-/// tensor of a model or every block of a KV cache, moved as one batch.
-///
-/// Requests are sorted by file offset and runs of adjacent ones form groups of at most
-/// `batch_options::max_io_size` bytes. A group goes
-///  - straight between the caller's memory and the file when its buffers are adjacent in memory
-///    too (tensors in one flat arena): one large I/O, no copy;
-///  - member by member, still without a copy, when every buffer and offset is aligned and the
-///    members average at least `min_direct_size` bytes;
-///  - otherwise through an aligned bounce arena (one memcpy per request): one large I/O, and the
-///    caller's buffers need no alignment.
-/// A group, or a member, whose end is not O_DIRECT-aligned moves its aligned part as above and
-/// its last partial unit through the bounce arena as one whole unit (a write first reads that
-/// unit from the file and merges it, and the file is cut back to its right size afterwards), so
-/// small and ragged requests cost one queued I/O each, never a synchronous call.
-/// Every I/O of the batch, of every group, shares one queue, which stays full across group
-/// boundaries, on the engine every transfer runs on (detail/engine.hpp; the coalescing is
-/// detail/batch_engine.hpp). Each request gets its own result.
-///
-/// Errors: every request is tried; then the throwing forms throw io_error for the first failed
-/// request in the caller's order, and the `std::error_code&` forms set `ec` to its code and
-/// return the outcome, whose records say what happened to each request.
-///
-/// O_DIRECT rules: a request that does not continue the previous one in the file (in offset
-/// order) must start at a multiple of `file.alignment().offset` (std::invalid_argument otherwise,
-/// naming the request). Lengths may be anything. Requests may come in any order; overlapping
-/// write requests leave the overlap with unspecified bytes.
+/// Batched transfers: many `(buffer, length, offset)` requests on one file (every tensor of a
+/// model, every block of a KV cache) moved as one batch: sorted by offset, adjacent ones
+/// coalesced into large I/Os, all through one queue kept full (detail/batch_engine.hpp). Every
+/// request is tried and gets its own result. O_DIRECT: a request that does not continue the one
+/// before it in the file starts aligned; buffers and lengths may be anything. The whole
+/// contract: docs/GUARANTEES.md, section 5c.
 
 #include <cstddef>
 #include <system_error>

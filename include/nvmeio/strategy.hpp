@@ -1,27 +1,11 @@
 #pragma once
 /// \file strategy.hpp
-/// Transfers: move a byte range between memory and a file through an aio context, with the
-/// sequential or the overlapped strategy: a policy (`nvmeio::sequential{}`,
-/// `nvmeio::overlapped{}`), whose loop the compiler sees as its own, or the run-time
-/// `transfer_config`, which picks one of those loops once per transfer (transfer.hpp).
-///
-/// O_DIRECT rules (checked before anything is submitted; std::invalid_argument otherwise):
-///  - the buffer address must be a multiple of `file.alignment().memory`;
-///  - the file offset must be a multiple of `file.alignment().offset`;
-///  - the context's block size must be a multiple of `file.alignment().strictest()`.
-/// The length may be anything: the aligned prefix goes through the backend and the last partial
-/// alignment unit goes through a small bounce buffer (a read never writes past `length` bytes of
-/// the caller's buffer; a write merges the unit with the file's bytes and leaves the file exactly
-/// `offset + length` long when it grew it). Unaligned buffers and offsets are rejected rather
-/// than bounced, because bouncing a whole transfer would silently halve its speed; use
-/// `file::read_at` / `file::write_at` for such ranges.
-///
-/// A write that grows a regular file first allocates its range with `fallocate`, so the file has
-/// its final size before any data moves (after a failed write the range exists but its bytes
-/// are unspecified); filesystems without fallocate, and devices, are written without it.
-///
-/// Every transfer, batch and stripe runs on one engine (detail/engine.hpp): the retry and failure
-/// rules of docs/GUARANTEES.md hold for all of them.
+/// Transfers: move one byte range between memory and a file through an aio context, with a
+/// strategy policy (`nvmeio::sequential{}`, `nvmeio::overlapped{}`) or the run-time
+/// `transfer_config`, which picks one of their loops once per transfer (transfer.hpp).
+/// O_DIRECT: buffer and offset aligned to `file.alignment()`, block size a multiple of
+/// `alignment().strictest()`, any length; otherwise std::invalid_argument before anything is
+/// submitted. The whole contract: docs/GUARANTEES.md, section 5c.
 
 #include <cstddef>
 #include <cstdint>

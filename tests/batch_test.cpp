@@ -288,6 +288,15 @@ BOOST_AUTO_TEST_CASE(unaligned_offset_not_continuing_a_request_is_rejected_by_in
     BOOST_TEST(got.ios == 1u);
     BOOST_TEST(got.results[2].bytes == 100u);
     BOOST_TEST(b[99] == 'z');
+
+    // The same rule, asked before opening: in file order, whatever the caller's order; empty
+    // requests do not count.
+    BOOST_TEST(!offsets_fit_direct(requests, 4096));
+    BOOST_TEST(offsets_fit_direct(joined, 4096));
+    BOOST_TEST(offsets_fit_direct({joined[2], joined[0], joined[1]}, 4096));
+    BOOST_TEST(!offsets_fit_direct({joined[2], joined[0]}, 4096));
+    BOOST_TEST(offsets_fit_direct({{nullptr, 0, 7}, {a.data(), 4096, 0}}, 4096));
+    BOOST_TEST(offsets_fit_direct({joined[2]}, 4));
 }
 
 // libaio, watching the requests over bounce memory (memory outside every `caller` range): their

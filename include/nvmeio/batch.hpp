@@ -51,6 +51,16 @@ inline const io_failure& first_failure(const batch_outcome& outcome) {
 
 }  // namespace detail
 
+/// True when O_DIRECT at `alignment` (a file's `alignment().offset`) takes every request's
+/// offset: each starts at a multiple of it or continues the request before it in file order.
+/// A caller that may open its file either way asks this first; a direct batch that fails it is
+/// an std::invalid_argument.
+[[nodiscard]] inline bool offsets_fit_direct(const std::vector<batch_request>& requests,
+                                             std::size_t alignment) {
+    return detail::first_unaligned_start(requests, detail::file_order(requests), alignment) ==
+           static_cast<std::size_t>(-1);
+}
+
 /// Moves every request of the batch through an aio context or over the threads of a parallel
 /// context (each thread takes a run of consecutive I/Os of about equal bytes and has its own
 /// bounce arena); then throws io_error for the first failed request (in the caller's order).

@@ -26,7 +26,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -138,22 +137,6 @@ inline std::unique_ptr<engine> make_engine(const handle_settings& s) {
 
 }  // namespace detail
 
-/// True when O_DIRECT at `alignment` can take every piece's offset: in offset order, each
-/// piece that starts off the alignment continues the one before it (the batch front end's rule).
-inline bool offsets_fit(std::vector<nvmeio::batch_request> pieces, std::size_t alignment) {
-    std::sort(pieces.begin(), pieces.end(),
-              [](const auto& a, const auto& b) { return a.offset < b.offset; });
-    std::uint64_t end = 0;
-    bool first = true;
-    for (const nvmeio::batch_request& p : pieces) {
-        if (p.length == 0) continue;
-        if (!nvmeio::is_aligned(p.offset, alignment) && (first || p.offset != end)) return false;
-        end = p.offset + p.length;
-        first = false;
-    }
-    return true;
-}
-
 /// Opens `path` for `op` as the request's pieces and `block_size` blocks need it: O_DIRECT where
 /// the filesystem and the alignment allow, uncached (else buffered) otherwise. Writes never
 /// truncate.
@@ -164,8 +147,8 @@ inline nvmeio::file open_for(const std::string& path, nvmeio::operation op,
         op == nvmeio::operation::read ? nvmeio::open_mode::read : nvmeio::open_mode::read_write;
     nvmeio::file f(path, mode, nvmeio::direct_io::automatic);
     const nvmeio::dio_alignment& a = f.alignment();
-    if (f.is_direct() &&
-        (!offsets_fit(pieces, a.offset) || !nvmeio::is_aligned(block_size, a.strictest()))) {
+    if (f.is_direct() && (!nvmeio::offsets_fit_direct(pieces, a.offset) ||
+                          !nvmeio::is_aligned(block_size, a.strictest()))) {
         // Uncached where the kernel has it (the tensor's bytes do not stay in the page cache,
         // as they would not with O_DIRECT), else buffered.
         std::error_code refused;

@@ -5,7 +5,7 @@
 set -euo pipefail
 old=$1 new=$2 dev=$3 repeats=$4 out=$5
 : > "$out"
-points=("1M 32 512M" "64K 64 256M" "4K 64 128M")
+points=("1M 32 1G" "64K 64 1G" "4K 64 1G")
 for r in $(seq 1 "$repeats"); do
   for backend in libaio io_uring; do
     for op in read write; do
@@ -15,7 +15,7 @@ for r in $(seq 1 "$repeats"); do
         for which in $order; do
           bin=$old; [[ $which == new ]] && bin=$new
           json=$(chrt -f 50 "$bin" -f "$dev" -s "$s" --op "$op" -b "$b" -q "$q" --backend "$backend" \
-                 -p 1 -w 1 -n 3 --json --allow-device-write)
+                 -p 1 -w 1 -n 4 --json --allow-device-write)
           printf '{"repeat":%d,"build":"%s","backend":"%s","op":"%s","block":"%s","depth":%d,"run":%s}\n' \
                  "$r" "$which" "$backend" "$op" "$b" "$q" "$json" >> "$out"
         done

@@ -33,11 +33,9 @@ struct batch_group {
     bool contiguous_memory = true;
 };
 
-// Sorts and coalesces checked requests; throws std::invalid_argument for an unaligned request
-// that does not continue the one before it.
-inline std::vector<batch_group> plan_batch(const file& f,
-                                           const std::vector<batch_request>& requests,
-                                           const batch_options& options) {
+// The indices of the requests that move bytes, in file order (stable: equal offsets keep the
+// caller's order).
+inline std::vector<std::size_t> file_order(const std::vector<batch_request>& requests) {
     std::vector<std::size_t> order;
     order.reserve(requests.size());
     for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -46,7 +44,36 @@ inline std::vector<batch_group> plan_batch(const file& f,
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
         return requests[a].offset < requests[b].offset;
     });
+    return order;
+}
+
+// The batch's one offset rule: the first request, in `order`, that starts off `unit` and does
+// not continue the request before it (which then carries it as its tail); npos when none does.
+inline std::size_t first_unaligned_start(const std::vector<batch_request>& requests,
+                                         const std::vector<std::size_t>& order, std::size_t unit) {
+    std::uint64_t end = 0;  // of the request before, in file order
+    for (std::size_t k = 0; k < order.size(); ++k) {
+        const batch_request& r = requests[order[k]];
+        if (!is_aligned(r.offset, unit) && (k == 0 || r.offset != end)) return order[k];
+        end = r.offset + r.length;  // below 2^64: offsets and lengths are below 2^63
+    }
+    return static_cast<std::size_t>(-1);
+}
+
+// Sorts and coalesces checked requests; throws std::invalid_argument for an unaligned request
+// that does not continue the one before it.
+inline std::vector<batch_group> plan_batch(const file& f,
+                                           const std::vector<batch_request>& requests,
+                                           const batch_options& options) {
+    const std::vector<std::size_t> order = file_order(requests);
     const std::size_t unit = f.is_direct() ? f.alignment().offset : 1;
+    const std::size_t unaligned = first_unaligned_start(requests, order, unit);
+    if (unaligned != static_cast<std::size_t>(-1)) {
+        throw_bad_request(f, unaligned, requests[unaligned],
+                          "the offset is not a multiple of " + std::to_string(unit) +
+                              " bytes, which O_DIRECT on this file requires, and the request "
+                              "does not continue the one before it in the file");
+    }
     std::vector<batch_group> groups;
     for (std::size_t index : order) {
         const batch_request& r = requests[index];
@@ -64,12 +91,6 @@ inline std::vector<batch_group> plan_batch(const file& f,
                 g.length += r.length;
                 continue;
             }
-        }
-        if (!is_aligned(r.offset, unit)) {
-            throw_bad_request(f, index, r,
-                              "the offset is not a multiple of " + std::to_string(unit) +
-                                  " bytes, which O_DIRECT on this file requires, and the request "
-                                  "does not continue the one before it in the file");
         }
         groups.push_back({{index}, r.offset, r.length, true});
     }

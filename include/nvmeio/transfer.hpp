@@ -102,10 +102,11 @@ struct context_options {
     /// back off (1, 2, 4, ... 64 waits sleep at once). docs/PERFORMANCE.md ("Waiting for
     /// completions") says when it pays.
     std::chrono::microseconds spin{0};
-    /// Pin once: an io_uring context registers memory nvmeio allocated (every aligned_buffer)
-    /// with its ring when it moves bytes through it a second time, so the kernel pins those
-    /// pages once instead of per request (backend/io_uring_registered.hpp). false: every request
-    /// pins its own pages, as libaio's do.
+    /// Pin once: an io_uring context registers memory nvmeio allocated (aligned_buffers made by
+    /// code that includes the io_uring backend: docs/GUARANTEES.md section 6) with its ring when it
+    /// moves bytes through it a second time, so the kernel pins those pages once instead of per
+    /// request (backend/io_uring_registered.hpp). false: every request pins its own pages, as
+    /// libaio's do.
     bool pin_once = true;
     /// One thread's ring: an io_uring context sets its ring up for the one thread that moves
     /// bytes through it (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1+), so the kernel runs

@@ -8,6 +8,16 @@ import stat
 
 from . import _C
 
+ALIGN = 4096  # the file offsets and memory the jobs align to: O_DIRECT on any common device
+
+
+def align_up(n, align=ALIGN):
+    return (n + align - 1) // align * align
+
+
+def align_down(n, align=ALIGN):
+    return n // align * align
+
 
 @contextlib.contextmanager
 def atomic_file(path, durable=True):

@@ -11,7 +11,7 @@ import os
 import struct
 import zlib
 
-ALIGN = 4096  # where every aligned record's data starts (O_DIRECT on any common device)
+from ._files import ALIGN, align_down, align_up  # noqa: F401 (the zip layout's alignment)
 
 _LOCAL = struct.Struct("<IHHHHHIIIHH")  # local file header, 30 bytes
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")  # central directory header, 46 bytes
@@ -24,14 +24,6 @@ _ZIP64_EXTRA, _PAD_EXTRA = 0x0001, 0x4246  # the padding field's id is torch's (
 _LIMIT16, _LIMIT32 = 0xFFFF, 0xFFFFFFFF
 _DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01: records carry no time, as torch's
 _UTF8_FLAG = 0x0800
-
-
-def align_up(n, align=ALIGN):
-    return (n + align - 1) // align * align
-
-
-def align_down(n, align=ALIGN):
-    return n // align * align
 
 
 # ---------------------------------------------------------------------------------------------

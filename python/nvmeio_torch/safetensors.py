@@ -34,12 +34,12 @@ from collections import OrderedDict
 import torch
 
 from . import _C
-from ._files import atomic_file, make_handle
+from ._files import ALIGN as _ALIGN, align_down as _align_down, align_up as _align_up, \
+    atomic_file, make_handle
 
 __all__ = ["SafetensorError", "load_file", "load_files", "safe_open", "save_file", "stream"]
 
 HEADER_LIMIT = 100_000_000  # the package refuses larger headers
-_ALIGN = 4096
 _U64_MAX = (1 << 64) - 1
 
 # The format's dtypes, narrowest first: the package's writer sorts by this rank, widest first.
@@ -70,14 +70,6 @@ class SafetensorError(ValueError):
 def _fail(path, message, name=None):
     where = f"{os.fspath(path)}" + (f": tensor {name!r}" if name is not None else "")
     raise SafetensorError(f"{where}: {message}")
-
-
-def _align_down(n):
-    return n - n % _ALIGN
-
-
-def _align_up(n):
-    return _align_down(n + _ALIGN - 1)
 
 
 class _Entry:

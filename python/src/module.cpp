@@ -17,6 +17,7 @@
 
 #include <nvmeio/version.hpp>
 
+#include "crc32.hpp"
 #include "handle.hpp"
 #include "pinned.hpp"
 
@@ -310,6 +311,22 @@ PYBIND11_MODULE(_C, m) {
         "A uint8 tensor of nbytes bytes over fresh 4096-aligned memory that it owns (locked "
         "where lock asks and the kernel allows).",
         "nbytes"_a, "lock"_a = false);
+    m.def(
+        "crc32",
+        [](py::object data, std::uint32_t value) {
+            Py_buffer view;
+            if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+                throw py::error_already_set();
+            }
+            const std::unique_ptr<Py_buffer, void (*)(Py_buffer*)> release(&view, PyBuffer_Release);
+            py::gil_scoped_release unlocked;
+            return nvmeio_torch::crc32::compute(value, view.buf,
+                                                static_cast<std::size_t>(view.len));
+        },
+        "The CRC-32 of a C-contiguous buffer's bytes continuing value, as zlib.crc32(data, "
+        "value); the GIL is released while it runs.",
+        "data"_a, "value"_a = 0);
+    m.attr("crc32_folds") = nvmeio_torch::crc32::has_fold();
     m.def(
         "deepspeed_memcpy",
         [](torch::Tensor& dest, const torch::Tensor& src) {

@@ -4,6 +4,8 @@ import collections
 import errno
 import os
 import pickle
+import platform
+import random
 import struct
 import subprocess
 import sys
@@ -16,7 +18,7 @@ import pytest
 import torch
 
 import nvmeio_torch
-from nvmeio_torch import _files, _zip
+from nvmeio_torch import _C, _files, _zip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,6 +241,30 @@ def test_crc32_pieces_equal_zlib():
         crcs = _zip.crc32_pieces(executor, piece=4096)
         indices = [crcs.add(b) for b in buffers]
         assert [crcs.result(i) for i in indices] == [zlib.crc32(b) for b in buffers]
+
+
+def test_extension_crc32_equals_zlib():
+    """Every length through the folded loop's steps (64-byte groups, 16-byte blocks, the bytes
+    after them), at every start in a word, continuing any value; numpy arrays and tensors."""
+    rng = random.Random(5)
+    data = os.urandom(70000)
+    lengths = list(range(0, 300)) + [rng.randrange(300, 65000) for _ in range(200)]
+    for n in lengths:
+        start = rng.randrange(8)
+        value = rng.choice([0, 0xFFFFFFFF, rng.getrandbits(32)])
+        piece = memoryview(data)[start:start + n]
+        assert _C.crc32(piece, value) == zlib.crc32(piece, value), (n, start, value)
+    tensor = torch.arange(10000, dtype=torch.float32)
+    assert _C.crc32(tensor.numpy()) == zlib.crc32(tensor.numpy().tobytes())
+    if platform.machine() == "x86_64":
+        assert _C.crc32_folds == ("pclmulqdq" in open("/proc/cpuinfo").read())
+
+
+def test_extension_crc32_refuses_what_is_not_contiguous():
+    with pytest.raises((BufferError, TypeError)):
+        _C.crc32(memoryview(bytes(100))[::2])
+    with pytest.raises(TypeError):
+        _C.crc32("text")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,17 +13,9 @@
 #include "test_support.hpp"
 
 using namespace nvmeio;
+using nvmeio_test::message_of;
 
 namespace {
-template <class E, class F>
-std::string message_of(F&& f) {
-    try {
-        f();
-    } catch (const E& e) {
-        return e.what();
-    }
-    return "nothing thrown";
-}
 
 // The kernel AIO rings this process has mapped (io_setup maps one "/[aio]" per context).
 int aio_rings() {

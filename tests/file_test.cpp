@@ -20,19 +20,10 @@
 
 using namespace nvmeio;
 using nvmeio_test::contains;
+using nvmeio_test::message_of;
 using nvmeio_test::temp_path;
 
 namespace {
-
-template <class F>
-std::string io_error_text(F&& f) {
-    try {
-        f();
-    } catch (const io_error& e) {
-        return e.what();
-    }
-    return "no io_error";
-}
 
 // A folder on a filesystem that refuses O_DIRECT: /dev/shm where tmpfs still refuses it
 // (Linux < 6.6), else a ramfs mounted for the test (needs root). Empty when neither is possible.
@@ -113,7 +104,7 @@ BOOST_AUTO_TEST_CASE(missing_file_error_names_the_path_and_the_reason) {
 
 BOOST_AUTO_TEST_CASE(directory_is_refused_with_eisdir) {
     const std::string text =
-        io_error_text([] { file f(nvmeio_test::scratch_dir(), open_mode::read); });
+        message_of<io_error>([] { file f(nvmeio_test::scratch_dir(), open_mode::read); });
     BOOST_TEST(contains(text, "Is a directory"), text);
 }
 
@@ -209,7 +200,7 @@ BOOST_AUTO_TEST_CASE(tmpfs_in_on_mode_is_direct_or_a_precise_error) {
         BOOST_TEST(f.is_direct());
     } else {
         const std::string text =
-            io_error_text([&] { file f(path.str(), open_mode::write, direct_io::on); });
+            message_of<io_error>([&] { file f(path.str(), open_mode::write, direct_io::on); });
         BOOST_TEST(contains(text, "O_DIRECT"), text);
         BOOST_TEST(contains(text, path.str()), text);
     }
@@ -228,7 +219,7 @@ BOOST_AUTO_TEST_CASE(filesystem_refusing_o_direct_gives_fallback_in_automatic_an
     BOOST_TEST_MESSAGE("refusing filesystem at " << dir.path());
     temp_path path("refused", dir.path());
     const std::string text =
-        io_error_text([&] { file f(path.str(), open_mode::write, direct_io::on); });
+        message_of<io_error>([&] { file f(path.str(), open_mode::write, direct_io::on); });
     BOOST_TEST(contains(text, "O_DIRECT"), text);
     BOOST_TEST(contains(text, "refuses direct I/O"), text);
     BOOST_TEST(contains(text, path.str()), text);

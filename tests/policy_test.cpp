@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <nvmeio/parallel.hpp>
 #include <nvmeio/strategy.hpp>
 #include <string>
+#include <system_error>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend_support.hpp"
@@ -142,4 +145,51 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_policy_and_the_config_naming_it_move_the_same_by
             }
         }
     }
+}
+
+// On a parallel context each piece runs the loop its policy names, as on an aio context: with
+// one thread the one piece is the whole range, and its worker's backend shows the loop.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_policy_on_a_parallel_context_runs_its_loop_on_every_piece, TestType,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<TestType>()) return;
+    const std::size_t size = 40 * block + 1000;
+    temp_path path("policy_parallel");
+    nvmeio_test::spew_pattern(path.str(), size, 7);
+    file f(path.str(), open_mode::read);
+    basic_parallel_context<recording_backend<TestType>> context({1, {4, block}});
+    aligned_buffer memory(size);
+    // Reads the file with `settings` (the throwing form, or the std::error_code one) and returns
+    // what the worker's backend was asked.
+    const auto read_with = [&](const auto& settings, bool throwing, transfer_result& result) {
+        nvmeio_test::fill_pattern(memory.data(), size, 9);
+        std::error_code ec;
+        result = throwing ? read(context, f, memory, size, 0, settings)
+                          : read(context, f, memory, size, 0, settings, ec);
+        BOOST_TEST(!ec);
+        BOOST_TEST(result.bytes == size);
+        BOOST_TEST(nvmeio_test::holds_pattern(memory.data(), size, 7));
+        request_log log;
+        context.run(1, [&](std::size_t, auto& worker) {
+            log = std::exchange(worker.backend().log, request_log{});
+        });
+        return log;
+    };
+    transfer_result by_config, by_sequential, by_overlapped;
+    const request_log a = read_with(
+        transfer_config{strategy_kind::sequential, submit_mode::block, true}, true, by_config);
+    const request_log b = read_with(sequential{submit_mode::block, true}, false, by_sequential);
+    const request_log c = read_with(overlapped{submit_mode::single, true}, true, by_overlapped);
+    // Measured, as each asked.
+    BOOST_TEST(by_config.perf.requests > 0u);
+    BOOST_TEST(by_sequential.perf.requests == by_config.perf.requests);
+    BOOST_TEST(by_overlapped.perf.requests == by_config.perf.requests);
+    // Sequential: rounds of 4, each reaped whole. Overlapped, single: one request per call,
+    // every wait for one completion.
+    BOOST_TEST((a.requests == b.requests));
+    BOOST_TEST(a.reap_mins == b.reap_mins, boost::test_tools::per_element());
+    BOOST_TEST(std::count(b.reap_mins.begin(), b.reap_mins.end(), 4u) == 10);
+    BOOST_TEST(std::count(c.calls.begin(), c.calls.end(), 1u) ==
+               static_cast<std::ptrdiff_t>(c.calls.size()));
+    BOOST_TEST(std::count(c.reap_mins.begin(), c.reap_mins.end(), 1u) ==
+               static_cast<std::ptrdiff_t>(c.reap_mins.size()));
 }

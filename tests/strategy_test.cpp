@@ -7,8 +7,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <nvmeio/parallel.hpp>
 #include <nvmeio/strategy.hpp>
+#include <nvmeio/stripe.hpp>
 #include <string>
+#include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include "backend_support.hpp"
@@ -17,7 +21,9 @@
 namespace bdata = boost::unit_test::data;
 using namespace nvmeio;
 using nvmeio_test::backend_types;
+using nvmeio_test::contains;
 using nvmeio_test::every_config;
+using nvmeio_test::message_of;
 using nvmeio_test::temp_path;
 
 namespace {
@@ -521,5 +527,105 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(writes_to_a_character_device_get_no_reservation, T
     for (const transfer_config& config : every_config()) {
         BOOST_TEST(write(context, null, buffer.data(), buffer.size(), 0, config).bytes ==
                    buffer.size());
+    }
+}
+
+namespace {
+
+// The calls, as function objects, so that the compiler can be asked which arguments they take.
+struct reading {
+    template <class... Args>
+    auto operator()(Args&&... args) const -> decltype(read(std::forward<Args>(args)...));
+};
+struct writing {
+    template <class... Args>
+    auto operator()(Args&&... args) const -> decltype(write(std::forward<Args>(args)...));
+};
+struct moving {
+    template <class... Args>
+    auto operator()(Args&&... args) const -> decltype(transfer(std::forward<Args>(args)...));
+};
+using std::is_invocable_v;
+
+// Memory that is const is written from, never read into.
+static_assert(
+    is_invocable_v<reading, aio_context&, const file&, void*, std::size_t, std::uint64_t>);
+static_assert(is_invocable_v<reading, aio_context&, const file&, aligned_buffer&, std::size_t,
+                             std::uint64_t>);
+static_assert(
+    !is_invocable_v<reading, aio_context&, const file&, const void*, std::size_t, std::uint64_t>);
+static_assert(!is_invocable_v<reading, aio_context&, const file&, const aligned_buffer&,
+                              std::size_t, std::uint64_t>);
+static_assert(!is_invocable_v<moving, aio_context&, const file&, operation, const void*,
+                              std::size_t, std::uint64_t>);
+static_assert(!is_invocable_v<reading, parallel_context&, const stripe_set&, const void*,
+                              std::size_t, std::uint64_t>);
+static_assert(
+    is_invocable_v<writing, aio_context&, const file&, const void*, std::size_t, std::uint64_t>);
+static_assert(is_invocable_v<writing, parallel_context&, const file&, const aligned_buffer&,
+                             std::size_t, std::uint64_t>);
+// Only nvmeio's contexts and targets, with the settings each pair takes.
+static_assert(
+    !is_invocable_v<reading, aio_context&, const stripe_set&, void*, std::size_t, std::uint64_t>);
+static_assert(!is_invocable_v<reading, int&, const file&, void*, std::size_t, std::uint64_t>);
+static_assert(!is_invocable_v<reading, parallel_context&, const file&, void*, std::size_t,
+                              std::uint64_t, const batch_options&>);
+static_assert(!is_invocable_v<reading, parallel_context&, const stripe_set&, void*, std::size_t,
+                              std::uint64_t, const transfer_config&>);
+static_assert(is_invocable_v<reading, parallel_context&, const file&, void*, std::size_t,
+                             std::uint64_t, const sequential&, std::error_code&>);
+
+// Writes `size` bytes from an aligned_buffer to `target` through `context` and reads them back
+// into another. A length one byte past a buffer's size (which its capacity would hold) is
+// refused in both error forms, naming that size, before anything moves; `contents()` is what
+// the target holds.
+template <class Context, class Target, class Contents>
+void round_trip_bounded_by_the_buffer(Context& context, const Target& target, std::size_t size,
+                                      const Contents& contents) {
+    aligned_buffer source(size);
+    aligned_buffer other(size);
+    nvmeio_test::fill_pattern(source.data(), size, 11);
+    nvmeio_test::fill_pattern(other.data(), size, 12);
+    BOOST_TEST(write(context, target, source, size, 0).bytes == size);
+    const auto written = contents();
+    std::error_code ec;
+    const auto refused = [&](auto call) {
+        const std::string what = message_of<std::invalid_argument>(call);
+        return contains(what, "holds only " + std::to_string(size) + " bytes");
+    };
+    BOOST_TEST(refused([&] { (void)write(context, target, other, size + 1, 0); }));
+    BOOST_TEST(refused([&] { (void)write(context, target, other, size + 1, 0, {}, ec); }));
+    BOOST_TEST(refused([&] { (void)read(context, target, other, size + 1, 0); }));
+    BOOST_TEST(refused([&] { (void)read(context, target, other, size + 1, 0, {}, ec); }));
+    BOOST_TEST((contents() == written));
+    BOOST_TEST(nvmeio_test::holds_pattern(other.data(), size, 12));
+    BOOST_TEST(read(context, target, other, size, 0, {}, ec).bytes == size);
+    BOOST_TEST(!ec);
+    BOOST_TEST(nvmeio_test::holds_pattern(other.data(), size, 11));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(an_aligned_buffer_bounds_the_length_on_every_context_and_target) {
+    const std::size_t size = 5 * block + 123;
+    aio_context single({4, block});
+    parallel_context parallel({3, {4, block}, 4096});
+    temp_path path("bounded");
+    const file f(path.str(), open_mode::write);
+    const auto file_contents = [&] { return nvmeio_test::slurp(path.str()); };
+    BOOST_TEST_CONTEXT("aio context, file") {
+        round_trip_bounded_by_the_buffer(single, f, size, file_contents);
+    }
+    BOOST_TEST_CONTEXT("parallel context, file") {
+        round_trip_bounded_by_the_buffer(parallel, f, size, file_contents);
+    }
+    temp_path a("bounded_stripe");
+    temp_path b("bounded_stripe");
+    const stripe_set set({a.str(), b.str()}, open_mode::write, block);
+    const auto set_contents = [&] {
+        return std::vector{nvmeio_test::slurp(a.str()), nvmeio_test::slurp(b.str())};
+    };
+    BOOST_TEST_CONTEXT("parallel context, stripe set") {
+        round_trip_bounded_by_the_buffer(parallel, set, size, set_contents);
     }
 }

@@ -147,6 +147,17 @@ inline bool accepts_o_direct(const std::string& dir) {
     return true;
 }
 
+// The message of the `E` that `f()` throws, or "nothing thrown".
+template <class E, class F>
+std::string message_of(F&& f) {
+    try {
+        f();
+    } catch (const E& e) {
+        return e.what();
+    }
+    return "nothing thrown";
+}
+
 // True when `part` occurs in `text`.
 inline bool contains(const std::string& text, const std::string& part) {
     return text.find(part) != std::string::npos;

@@ -1,27 +1,28 @@
 #pragma once
 /// \file parallel.hpp
-/// Intra-op parallelism: one transfer split over the threads of a parallel context
-/// (parallel_context.hpp), each piece on one worker's aio context.
+/// Intra-op parallelism: `transfer`, `read` and `write` (strategy.hpp) of a file on a parallel
+/// context (parallel_context.hpp), one range split over its threads, each piece on one worker's
+/// aio context, with the same settings (a transfer_config or a policy).
 ///
 /// A transfer of any length is cut into at most `threads()` pieces whose boundaries are
 /// multiples of the file's O_DIRECT alignment (the last piece takes the remainder, unaligned tail
 /// included), so the O_DIRECT rules are those of strategy.hpp. A failure is the one at the lowest
-/// offset; a read meeting the end of the file returns the bytes up to it. With
-/// `config.measure`, `perf` holds the wall time, the summed request counts and the pieces'
-/// latencies merged (percentiles: the largest of the pieces').
+/// offset; a read meeting the end of the file returns the bytes up to it. When measuring,
+/// `perf` holds the wall time, the summed request counts and the pieces' latencies merged
+/// (percentiles: the largest of the pieces').
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <system_error>
+#include <vector>
 
-#include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/detail/front_end.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/parallel_context.hpp"
+#include "nvmeio/strategy.hpp"
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
@@ -29,117 +30,62 @@ inline namespace v0 {
 
 namespace detail {
 
-// A checked transfer cut into aligned pieces, one per worker.
+// One range of a file cut into aligned pieces, one per worker.
 template <class Backend>
-transfer_result split_transfer(basic_parallel_context<Backend>& context, const file& f,
-                               operation op, void* buffer, std::size_t length, std::uint64_t offset,
-                               const transfer_config& config, io_failure& failure) {
-    failure = {};
-    check_transfer(f, op, buffer, length, offset, context.block_size());
-    const auto start = std::chrono::steady_clock::now();
-    // Pieces start at multiples of `cut` in the file: the O_DIRECT unit, or on an uncached file a
-    // page (a page two pieces shared would stay cached).
-    const std::size_t cut = f.is_uncached() ? uncached_page : f.required_alignment();
-    std::size_t count = 0;
-    std::size_t piece = 1;
-    if (length != 0) {
-        const std::size_t min_piece = context.options().min_piece_size;
-        const std::size_t smallest =
-            std::max<std::size_t>(min_piece != 0 ? min_piece : context.block_size(), cut);
-        // Divisions only: `smallest` comes from the caller and may be near SIZE_MAX.
-        count = std::min<std::size_t>(context.threads(),
-                                      length / smallest + (length % smallest != 0 ? 1 : 0));
-        piece = static_cast<std::size_t>(align_up((length + count - 1) / count, cut));
-        count = length / piece + (length % piece != 0 ? 1 : 0);  // rounding may idle a thread
+struct route<basic_parallel_context<Backend>, file> : file_route {
+    template <class Config>
+    static transfer_result run(basic_parallel_context<Backend>& context, const file& f,
+                               operation op, mutable_memory memory, std::size_t length,
+                               std::uint64_t offset, const Config& config, io_failure& failure) {
+        failure = {};
+        check_transfer(f, op, memory.data(), length, offset, context.block_size(), memory.size());
+        const auto start = std::chrono::steady_clock::now();
+        // Pieces start at multiples of `cut` in the file: the O_DIRECT unit, or on an uncached file
+        // a page (a page two pieces shared would stay cached).
+        const std::size_t cut = f.is_uncached() ? uncached_page : f.required_alignment();
+        std::size_t count = 0;
+        std::size_t piece = 1;
+        if (length != 0) {
+            const std::size_t min_piece = context.options().min_piece_size;
+            const std::size_t smallest =
+                std::max<std::size_t>(min_piece != 0 ? min_piece : context.block_size(), cut);
+            // Divisions only: `smallest` comes from the caller and may be near SIZE_MAX.
+            count = std::min<std::size_t>(context.threads(),
+                                          length / smallest + (length % smallest != 0 ? 1 : 0));
+            piece = static_cast<std::size_t>(align_up((length + count - 1) / count, cut));
+            count = length / piece + (length % piece != 0 ? 1 : 0);  // rounding may idle a thread
+        }
+        // Where piece i begins in the range: a multiple of the piece (so that, O_DIRECT, each
+        // piece's memory stays aligned), or on an uncached file the page boundary after it (the
+        // first piece absorbs an offset off the page).
+        const auto begin = [&](std::size_t i) -> std::size_t {
+            const std::uint64_t at =
+                i == 0 || !f.is_uncached()
+                    ? std::uint64_t{i} * piece
+                    : align_up(offset + std::uint64_t{i} * piece, cut) - offset;
+            return static_cast<std::size_t>(std::min<std::uint64_t>(at, length));
+        };
+        while (count > 1 && begin(count - 1) >= length)
+            --count;
+        std::vector<share> shares;
+        auto* bytes = static_cast<std::byte*>(memory.data());
+        spread(context, count, shares, [&](std::size_t i, auto& worker, share& mine) {
+            share::piece& p = mine.pieces.emplace_back();
+            p.at = begin(i);
+            p.length = (i + 1 < count ? begin(i + 1) : length) - p.at;
+            transfer_perf& perf = mine.perf.emplace_back();
+            const transfer_result r = run_transfer(worker, f, op, bytes + p.at, p.length,
+                                                   offset + p.at, config, p.failure);
+            p.bytes = r.bytes;
+            perf = r.perf;
+        });
+        transfer_result result;
+        result.bytes = settle(op, length, shares, failure);
+        if (config.measure && length != 0) result.perf = merged_perf(shares, result.bytes, start);
+        return result;
     }
-    // Where piece i begins in the range: a multiple of the piece (so that, O_DIRECT, each
-    // piece's memory stays aligned), or on an uncached file the page boundary after it (the
-    // first piece absorbs an offset off the page).
-    const auto begin = [&](std::size_t i) -> std::size_t {
-        const std::uint64_t at = i == 0 || !f.is_uncached()
-                                     ? std::uint64_t{i} * piece
-                                     : align_up(offset + std::uint64_t{i} * piece, cut) - offset;
-        return static_cast<std::size_t>(std::min<std::uint64_t>(at, length));
-    };
-    while (count > 1 && begin(count - 1) >= length)
-        --count;
-    std::vector<share> shares;
-    auto* bytes = static_cast<std::byte*>(buffer);
-    spread(context, count, shares, [&](std::size_t i, auto& worker, share& mine) {
-        share::piece& p = mine.pieces.emplace_back();
-        p.at = begin(i);
-        p.length = (i + 1 < count ? begin(i + 1) : length) - p.at;
-        transfer_perf& perf = mine.perf.emplace_back();
-        const transfer_result r =
-            run_transfer(worker, f, op, bytes + p.at, p.length, offset + p.at, config, p.failure);
-        p.bytes = r.bytes;
-        perf = r.perf;
-    });
-    transfer_result result;
-    result.bytes = settle(op, length, shares, failure);
-    if (config.measure && length != 0) result.perf = merged_perf(shares, result.bytes, start);
-    return result;
-}
+};
 
 }  // namespace detail
-
-/// Moves `length` bytes between `buffer` and `offset` of `f` over the context's threads; throws
-/// io_error on failure, std::invalid_argument when a precondition of strategy.hpp is violated.
-template <class Backend>
-[[nodiscard]] transfer_result transfer(basic_parallel_context<Backend>& context, const file& f,
-                                       operation op, void* buffer, std::size_t length,
-                                       std::uint64_t offset, const transfer_config& config = {}) {
-    return detail::or_throw([&](io_failure& failure) {
-        return detail::split_transfer(context, f, op, buffer, length, offset, config, failure);
-    });
-}
-
-/// As above; reports I/O failure through `ec` (bad parameters still throw).
-template <class Backend>
-[[nodiscard]] transfer_result transfer(basic_parallel_context<Backend>& context, const file& f,
-                                       operation op, void* buffer, std::size_t length,
-                                       std::uint64_t offset, const transfer_config& config,
-                                       std::error_code& ec) {
-    return detail::or_report(ec, [&](io_failure& failure) {
-        return detail::split_transfer(context, f, op, buffer, length, offset, config, failure);
-    });
-}
-
-/// Reads `length` bytes at `offset` of `f` into `buffer` over the context's threads; throws
-/// io_error on failure.
-template <class Backend>
-[[nodiscard]] transfer_result read(basic_parallel_context<Backend>& context, const file& f,
-                                   void* buffer, std::size_t length, std::uint64_t offset,
-                                   const transfer_config& config = {}) {
-    return transfer(context, f, operation::read, buffer, length, offset, config);
-}
-
-/// Reads over the threads; reports failure through `ec`.
-template <class Backend>
-[[nodiscard]] transfer_result read(basic_parallel_context<Backend>& context, const file& f,
-                                   void* buffer, std::size_t length, std::uint64_t offset,
-                                   const transfer_config& config, std::error_code& ec) {
-    return transfer(context, f, operation::read, buffer, length, offset, config, ec);
-}
-
-/// Writes `length` bytes from `buffer` at `offset` of `f` over the context's threads; throws
-/// io_error on failure.
-template <class Backend>
-transfer_result write(basic_parallel_context<Backend>& context, const file& f, const void* buffer,
-                      std::size_t length, std::uint64_t offset,
-                      const transfer_config& config = {}) {
-    return transfer(context, f, operation::write, const_cast<void*>(buffer), length, offset,
-                    config);
-}
-
-/// Writes over the threads; reports failure through `ec`.
-template <class Backend>
-transfer_result write(basic_parallel_context<Backend>& context, const file& f, const void* buffer,
-                      std::size_t length, std::uint64_t offset, const transfer_config& config,
-                      std::error_code& ec) {
-    return transfer(context, f, operation::write, const_cast<void*>(buffer), length, offset, config,
-                    ec);
-}
-
 }  // namespace v0
 }  // namespace nvmeio

@@ -1,14 +1,18 @@
 #pragma once
 /// \file strategy.hpp
-/// Transfers: move one byte range between memory and a file through an aio context, with a
+/// Transfers: move one byte range between memory and a target through a context, with a
 /// strategy policy (`nvmeio::sequential{}`, `nvmeio::overlapped{}`) or the run-time
 /// `transfer_config`, which picks one of their loops once per transfer (transfer.hpp).
-/// O_DIRECT: buffer and offset aligned to `file.alignment()`, block size a multiple of
+/// One `transfer`, `read` and `write` serve every pair: an aio context and a file (here), a
+/// parallel context and a file (parallel.hpp), a parallel context and a stripe set (stripe.hpp,
+/// whose settings are batch_options).
+/// O_DIRECT on a file: memory and offset aligned to `file.alignment()`, block size a multiple of
 /// `alignment().strictest()`, any length; otherwise std::invalid_argument before anything is
 /// submitted. The whole contract: docs/GUARANTEES.md, section 5c.
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <system_error>
 #include <type_traits>
 
@@ -22,99 +26,139 @@
 namespace nvmeio {
 inline namespace v0 {
 
-/// Moves `length` bytes between `buffer` and `offset` of `f`; throws io_error on failure,
-/// std::invalid_argument when a precondition above is violated.
-template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-[[nodiscard]] transfer_result transfer(basic_aio_context<Backend>& context, const file& f,
-                                       operation op, void* buffer, std::size_t length,
-                                       std::uint64_t offset, const Config& config = {}) {
-    detail::check_transfer(f, op, buffer, length, offset, context.block_size());
+/// The memory side of a transfer: a pointer, and the bytes it holds where that is known.
+/// `mutable_memory` (read into) is made from a `void*` or an `aligned_buffer&`, `const_memory`
+/// (written from) from a `const void*` or a `const aligned_buffer&`. An aligned_buffer's size
+/// bounds the transfer (a longer one is an std::invalid_argument); a pointer's is unknown.
+template <class Void, class Buffer>
+class basic_memory {
+  public:
+    /// `size` bytes at `data`.
+    basic_memory(Void* data, std::size_t size) noexcept : data_(data), size_(size) {}
+    /// Memory at `data` whose size only the caller knows.
+    basic_memory(Void* data) noexcept  // NOLINT(google-explicit-constructor): as a pointer
+        : basic_memory(data, std::numeric_limits<std::size_t>::max()) {}
+    /// The buffer's `size()` bytes.
+    basic_memory(Buffer& buffer) noexcept  // NOLINT(google-explicit-constructor): as a buffer
+        : basic_memory(buffer.data(), buffer.size()) {}
+
+    /// The first byte.
+    [[nodiscard]] Void* data() const noexcept { return data_; }
+    /// The bytes it holds; SIZE_MAX when unknown.
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+  private:
+    Void* data_;
+    std::size_t size_;
+};
+
+/// Memory a transfer may write into.
+using mutable_memory = basic_memory<void, aligned_buffer>;
+/// Memory a transfer only reads.
+using const_memory = basic_memory<const void, const aligned_buffer>;
+
+namespace detail {
+
+// How a context moves bytes to and from a target. Each pair nvmeio serves specialises it once
+// (an aio context and a file below; a parallel context and a file, parallel.hpp; a parallel
+// context and a stripe set, stripe.hpp) with the settings it takes, the default among them, and
+// `run`, which checks everything, then moves the bytes, recording an I/O failure in `failure`.
+template <class Context, class Target>
+struct route {};
+
+// What a route to a file takes: the run-time transfer_config (the default) or a policy.
+struct file_route {
+    using settings = transfer_config;
+    template <class Settings>
+    static constexpr bool takes = is_transfer_config<Settings>;
+};
+
+// One range of a file on one aio context: one segment through the engine.
+template <class Backend>
+struct route<basic_aio_context<Backend>, file> : file_route {
+    template <class Config>
+    static transfer_result run(basic_aio_context<Backend>& context, const file& f, operation op,
+                               mutable_memory memory, std::size_t length, std::uint64_t offset,
+                               const Config& config, io_failure& failure) {
+        check_transfer(f, op, memory.data(), length, offset, context.block_size(), memory.size());
+        return run_transfer(context, f, op, memory.data(), length, offset, config, failure);
+    }
+};
+
+// The settings of a route when the caller gives none.
+template <class Context, class Target>
+using settings_of = typename route<Context, Target>::settings;
+
+// Takes part in overload resolution only where a route moves bytes with `Settings`.
+template <class Context, class Target, class Settings>
+using if_route = std::enable_if_t<route<Context, Target>::template takes<Settings>, int>;
+
+}  // namespace detail
+
+/// Moves `length` bytes between `memory` and `offset` of `target` through `context`; throws
+/// io_error on failure, std::invalid_argument (before anything moves) when `length` passes the
+/// end of an aligned_buffer or a precondition above is violated.
+template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
+          detail::if_route<Context, Target, Settings> = 0>
+[[nodiscard]] transfer_result transfer(Context& context, const Target& target, operation op,
+                                       mutable_memory memory, std::size_t length,
+                                       std::uint64_t offset, const Settings& settings = {}) {
     return detail::or_throw([&](io_failure& failure) {
-        return detail::run_transfer(context, f, op, buffer, length, offset, config, failure);
+        return detail::route<Context, Target>::run(context, target, op, memory, length, offset,
+                                                   settings, failure);
     });
 }
 
 /// As above; reports I/O failure through `ec` (bad parameters still throw).
-template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-[[nodiscard]] transfer_result transfer(basic_aio_context<Backend>& context, const file& f,
-                                       operation op, void* buffer, std::size_t length,
-                                       std::uint64_t offset, const Config& config,
+template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
+          detail::if_route<Context, Target, Settings> = 0>
+[[nodiscard]] transfer_result transfer(Context& context, const Target& target, operation op,
+                                       mutable_memory memory, std::size_t length,
+                                       std::uint64_t offset, const Settings& settings,
                                        std::error_code& ec) {
-    detail::check_transfer(f, op, buffer, length, offset, context.block_size());
     return detail::or_report(ec, [&](io_failure& failure) {
-        return detail::run_transfer(context, f, op, buffer, length, offset, config, failure);
+        return detail::route<Context, Target>::run(context, target, op, memory, length, offset,
+                                                   settings, failure);
     });
 }
 
-/// Reads `length` bytes at `offset` of `f` into `buffer`; throws io_error on failure.
-template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-[[nodiscard]] transfer_result read(basic_aio_context<Backend>& context, const file& f, void* buffer,
+/// Reads `length` bytes at `offset` of `target` into `memory`; throws as `transfer`.
+template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
+          detail::if_route<Context, Target, Settings> = 0>
+[[nodiscard]] transfer_result read(Context& context, const Target& target, mutable_memory memory,
                                    std::size_t length, std::uint64_t offset,
-                                   const Config& config = {}) {
-    return transfer(context, f, operation::read, buffer, length, offset, config);
+                                   const Settings& settings = {}) {
+    return nvmeio::transfer(context, target, operation::read, memory, length, offset, settings);
 }
 
-/// Reads; reports failure through `ec`.
-template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-[[nodiscard]] transfer_result read(basic_aio_context<Backend>& context, const file& f, void* buffer,
-                                   std::size_t length, std::uint64_t offset, const Config& config,
-                                   std::error_code& ec) {
-    return transfer(context, f, operation::read, buffer, length, offset, config, ec);
+/// Reads; reports I/O failure through `ec`.
+template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
+          detail::if_route<Context, Target, Settings> = 0>
+[[nodiscard]] transfer_result read(Context& context, const Target& target, mutable_memory memory,
+                                   std::size_t length, std::uint64_t offset,
+                                   const Settings& settings, std::error_code& ec) {
+    return nvmeio::transfer(context, target, operation::read, memory, length, offset, settings, ec);
 }
 
-/// Writes `length` bytes from `buffer` at `offset` of `f`; throws io_error on failure.
-template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-transfer_result write(basic_aio_context<Backend>& context, const file& f, const void* buffer,
-                      std::size_t length, std::uint64_t offset, const Config& config = {}) {
-    return transfer(context, f, operation::write, const_cast<void*>(buffer), length, offset,
-                    config);
+/// Writes `length` bytes of `memory` at `offset` of `target`; throws as `transfer`.
+template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
+          detail::if_route<Context, Target, Settings> = 0>
+transfer_result write(Context& context, const Target& target, const_memory memory,
+                      std::size_t length, std::uint64_t offset, const Settings& settings = {}) {
+    return nvmeio::transfer(context, target, operation::write,
+                            {const_cast<void*>(memory.data()), memory.size()}, length, offset,
+                            settings);
 }
 
-/// Writes; reports failure through `ec`.
-template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-transfer_result write(basic_aio_context<Backend>& context, const file& f, const void* buffer,
-                      std::size_t length, std::uint64_t offset, const Config& config,
+/// Writes; reports I/O failure through `ec`.
+template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
+          detail::if_route<Context, Target, Settings> = 0>
+transfer_result write(Context& context, const Target& target, const_memory memory,
+                      std::size_t length, std::uint64_t offset, const Settings& settings,
                       std::error_code& ec) {
-    return transfer(context, f, operation::write, const_cast<void*>(buffer), length, offset, config,
-                    ec);
-}
-
-/// Reads `length` bytes at `offset` of `f` into `buffer`; throws std::invalid_argument when
-/// `length > buffer.size()` (and for the O_DIRECT rules above), io_error on failure.
-template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-[[nodiscard]] transfer_result read(basic_aio_context<Backend>& context, const file& f,
-                                   aligned_buffer& buffer, std::size_t length, std::uint64_t offset,
-                                   const Config& config = {}) {
-    detail::check_buffer_holds(buffer, length, operation::read, f, offset);
-    return read(context, f, buffer.data(), length, offset, config);
-}
-
-/// As above; reports I/O failure through `ec` (bad parameters still throw).
-template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-[[nodiscard]] transfer_result read(basic_aio_context<Backend>& context, const file& f,
-                                   aligned_buffer& buffer, std::size_t length, std::uint64_t offset,
-                                   const Config& config, std::error_code& ec) {
-    detail::check_buffer_holds(buffer, length, operation::read, f, offset);
-    return read(context, f, buffer.data(), length, offset, config, ec);
-}
-
-/// Writes `length` bytes of `buffer` at `offset` of `f`; throws std::invalid_argument when
-/// `length > buffer.size()` (and for the O_DIRECT rules above), io_error on failure.
-template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-transfer_result write(basic_aio_context<Backend>& context, const file& f,
-                      const aligned_buffer& buffer, std::size_t length, std::uint64_t offset,
-                      const Config& config = {}) {
-    detail::check_buffer_holds(buffer, length, operation::write, f, offset);
-    return write(context, f, buffer.data(), length, offset, config);
-}
-
-/// As above; reports I/O failure through `ec` (bad parameters still throw).
-template <class Backend, class Config = transfer_config, detail::if_transfer_config<Config> = 0>
-transfer_result write(basic_aio_context<Backend>& context, const file& f,
-                      const aligned_buffer& buffer, std::size_t length, std::uint64_t offset,
-                      const Config& config, std::error_code& ec) {
-    detail::check_buffer_holds(buffer, length, operation::write, f, offset);
-    return write(context, f, buffer.data(), length, offset, config, ec);
+    return nvmeio::transfer(context, target, operation::write,
+                            {const_cast<void*>(memory.data()), memory.size()}, length, offset,
+                            settings, ec);
 }
 
 }  // namespace v0

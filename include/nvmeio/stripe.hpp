@@ -1,7 +1,8 @@
 #pragma once
 /// \file stripe.hpp
 /// Striping: one logical byte range spread over D files, one per device, in stripe units (as
-/// DeepSpeed's swap folders or an LVM stripe do), moved by a parallel context.
+/// DeepSpeed's swap folders or an LVM stripe do), moved by `transfer`, `read` and `write`
+/// (strategy.hpp) on a parallel context, with batch_options as their settings.
 ///
 /// Logical byte `x` lives in file `(x / unit) % D` at offset `(x / unit / D) * unit + x % unit`.
 /// Each file's share of a transfer is one batch (batch.hpp) run by its own worker, so the D
@@ -10,9 +11,13 @@
 /// least `batch_options::min_direct_size`); otherwise units that follow each other in a file are
 /// coalesced through a bounce arena.
 ///
+/// A failure is the one at the lowest logical offset (its io_error names the file and the file
+/// offset); a read returns the bytes up to the first logical byte that does not exist.
+///
 /// O_DIRECT rules: the stripe unit must be a multiple of every file's alignment (checked when
-/// the set is made) and the logical offset a multiple of the strictest one; the buffer and the
-/// length may be anything.
+/// the set is made) and the logical offset a multiple of the strictest one (else
+/// std::invalid_argument); the buffer and the length may be anything (an aligned_buffer bounds
+/// the length).
 
 #include <algorithm>
 #include <chrono>
@@ -20,7 +25,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
-#include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,6 +35,7 @@
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/parallel_context.hpp"
+#include "nvmeio/strategy.hpp"
 #include "nvmeio/transfer.hpp"
 
 namespace nvmeio {
@@ -110,121 +116,74 @@ namespace detail {
 
 // A striped transfer: each file's share is one batch, run by its own worker.
 template <class Backend>
-transfer_result striped_transfer(basic_parallel_context<Backend>& context, stripe_set& set,
-                                 operation op, void* buffer, std::size_t length,
-                                 std::uint64_t offset, const batch_options& options,
-                                 io_failure& failure) {
-    const auto start = std::chrono::steady_clock::now();
-    failure = {};
-    transfer_result result;
-    if (set.width() == 0) {
-        throw_invalid("striped " + std::string(to_string(op)) +
-                      ": the stripe set holds no files (it was moved from)");
-    }
-    if (length == 0) return result;
-    if (buffer == nullptr) throw_invalid("striped transfer: the buffer is null");
-    if (offset > std::numeric_limits<std::uint64_t>::max() - length) {
-        throw_invalid("striped " + std::string(to_string(op)) + " of " + std::to_string(length) +
-                      " bytes at offset " + std::to_string(offset) +
-                      ": the range passes the largest offset");
-    }
-    if (!is_aligned(offset, set.required_alignment())) {
-        throw_invalid("striped " + std::string(to_string(op)) + " at offset " +
-                      std::to_string(offset) + ": the offset is not a multiple of " +
-                      std::to_string(set.required_alignment()) +
-                      " bytes, which O_DIRECT on the set's files requires");
-    }
-    // Cut the range at stripe unit boundaries; piece i of file d keeps its logical position.
-    const std::size_t width = set.width();
-    std::vector<std::vector<batch_request>> requests(width);
-    std::vector<std::vector<std::size_t>> positions(width);
-    auto* bytes = static_cast<std::byte*>(buffer);
-    for (std::size_t at = 0; at < length;) {
-        const std::uint64_t logical = offset + at;
-        const std::size_t room =
-            set.stripe_unit() - static_cast<std::size_t>(logical % set.stripe_unit());
-        const std::size_t piece = std::min(room, length - at);
-        const stripe_location where = set.locate(logical);
-        requests[where.file_index].push_back({bytes + at, piece, where.offset});
-        positions[where.file_index].push_back(at);
-        at += piece;
-    }
-    // Every share is checked before any moves, so that a bad one moves nothing.
-    for (std::size_t d = 0; d < width; ++d)
-        check_batch(set.files()[d], op, requests[d], options);
-    std::vector<share> shares;
-    spread(context, width, shares, [&](std::size_t d, auto& worker, share& mine) {
-        batch_outcome done = run_batch(worker, set.files()[d], op, requests[d], options);
-        for (std::size_t i = 0; i < requests[d].size(); ++i) {
-            batch_result& r = done.results[i];
-            mine.pieces.push_back(
-                {positions[d][i], requests[d][i].length, r.bytes, std::move(r.failure)});
+struct route<basic_parallel_context<Backend>, stripe_set> {
+    using settings = batch_options;
+    template <class Settings>
+    static constexpr bool takes = std::is_same_v<Settings, batch_options>;
+
+    static transfer_result run(basic_parallel_context<Backend>& context, const stripe_set& set,
+                               operation op, mutable_memory memory, std::size_t length,
+                               std::uint64_t offset, const batch_options& options,
+                               io_failure& failure) {
+        const auto start = std::chrono::steady_clock::now();
+        failure = {};
+        transfer_result result;
+        if (set.width() == 0) {
+            throw_invalid("striped " + std::string(to_string(op)) +
+                          ": the stripe set holds no files (it was moved from)");
         }
-        mine.perf.push_back(done.perf);
-    });
-    result.bytes = settle(op, length, shares, failure);
-    if (options.config.measure) result.perf = merged_perf(shares, result.bytes, start);
-    return result;
-}
+        if (length == 0) return result;
+        if (length > memory.size()) {
+            throw_invalid("striped " + std::string(to_string(op)) + " of " +
+                          std::to_string(length) + " bytes at offset " + std::to_string(offset) +
+                          ": the buffer holds only " + std::to_string(memory.size()) + " bytes");
+        }
+        if (memory.data() == nullptr) throw_invalid("striped transfer: the buffer is null");
+        if (offset > std::numeric_limits<std::uint64_t>::max() - length) {
+            throw_invalid("striped " + std::string(to_string(op)) + " of " +
+                          std::to_string(length) + " bytes at offset " + std::to_string(offset) +
+                          ": the range passes the largest offset");
+        }
+        if (!is_aligned(offset, set.required_alignment())) {
+            throw_invalid("striped " + std::string(to_string(op)) + " at offset " +
+                          std::to_string(offset) + ": the offset is not a multiple of " +
+                          std::to_string(set.required_alignment()) +
+                          " bytes, which O_DIRECT on the set's files requires");
+        }
+        // Cut the range at stripe unit boundaries; piece i of file d keeps its logical position.
+        const std::size_t width = set.width();
+        std::vector<std::vector<batch_request>> requests(width);
+        std::vector<std::vector<std::size_t>> positions(width);
+        auto* bytes = static_cast<std::byte*>(memory.data());
+        for (std::size_t at = 0; at < length;) {
+            const std::uint64_t logical = offset + at;
+            const std::size_t room =
+                set.stripe_unit() - static_cast<std::size_t>(logical % set.stripe_unit());
+            const std::size_t piece = std::min(room, length - at);
+            const stripe_location where = set.locate(logical);
+            requests[where.file_index].push_back({bytes + at, piece, where.offset});
+            positions[where.file_index].push_back(at);
+            at += piece;
+        }
+        // Every share is checked before any moves, so that a bad one moves nothing.
+        for (std::size_t d = 0; d < width; ++d)
+            check_batch(set.files()[d], op, requests[d], options);
+        std::vector<share> shares;
+        spread(context, width, shares, [&](std::size_t d, auto& worker, share& mine) {
+            batch_outcome done = run_batch(worker, set.files()[d], op, requests[d], options);
+            for (std::size_t i = 0; i < requests[d].size(); ++i) {
+                batch_result& r = done.results[i];
+                mine.pieces.push_back(
+                    {positions[d][i], requests[d][i].length, r.bytes, std::move(r.failure)});
+            }
+            mine.perf.push_back(done.perf);
+        });
+        result.bytes = settle(op, length, shares, failure);
+        if (options.config.measure) result.perf = merged_perf(shares, result.bytes, start);
+        return result;
+    }
+};
 
 }  // namespace detail
-
-/// Moves `length` bytes between `buffer` and logical `offset` of `set`, each file's share on its
-/// own worker of `context`; throws io_error for the failure at the lowest logical offset, naming
-/// the file and the file offset. A read returns the bytes up to the first logical byte that does
-/// not exist. Throws std::invalid_argument for an offset off the alignment.
-template <class Backend>
-[[nodiscard]] transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& set,
-                                       operation op, void* buffer, std::size_t length,
-                                       std::uint64_t offset, const batch_options& options = {}) {
-    return detail::or_throw([&](io_failure& failure) {
-        return detail::striped_transfer(context, set, op, buffer, length, offset, options, failure);
-    });
-}
-
-/// As above; reports I/O failure through `ec` (bad parameters still throw).
-template <class Backend>
-[[nodiscard]] transfer_result transfer(basic_parallel_context<Backend>& context, stripe_set& set,
-                                       operation op, void* buffer, std::size_t length,
-                                       std::uint64_t offset, const batch_options& options,
-                                       std::error_code& ec) {
-    return detail::or_report(ec, [&](io_failure& failure) {
-        return detail::striped_transfer(context, set, op, buffer, length, offset, options, failure);
-    });
-}
-
-/// Reads `length` bytes at logical `offset` of `set` into `buffer`; throws io_error on failure.
-template <class Backend>
-[[nodiscard]] transfer_result read(basic_parallel_context<Backend>& context, stripe_set& set,
-                                   void* buffer, std::size_t length, std::uint64_t offset,
-                                   const batch_options& options = {}) {
-    return transfer(context, set, operation::read, buffer, length, offset, options);
-}
-
-/// Reads; reports failure through `ec`.
-template <class Backend>
-[[nodiscard]] transfer_result read(basic_parallel_context<Backend>& context, stripe_set& set,
-                                   void* buffer, std::size_t length, std::uint64_t offset,
-                                   const batch_options& options, std::error_code& ec) {
-    return transfer(context, set, operation::read, buffer, length, offset, options, ec);
-}
-
-/// Writes `length` bytes from `buffer` at logical `offset` of `set`; throws io_error on failure.
-template <class Backend>
-transfer_result write(basic_parallel_context<Backend>& context, stripe_set& set, const void* buffer,
-                      std::size_t length, std::uint64_t offset, const batch_options& options = {}) {
-    return transfer(context, set, operation::write, const_cast<void*>(buffer), length, offset,
-                    options);
-}
-
-/// Writes; reports failure through `ec`.
-template <class Backend>
-transfer_result write(basic_parallel_context<Backend>& context, stripe_set& set, const void* buffer,
-                      std::size_t length, std::uint64_t offset, const batch_options& options,
-                      std::error_code& ec) {
-    return transfer(context, set, operation::write, const_cast<void*>(buffer), length, offset,
-                    options, ec);
-}
-
 }  // namespace v0
 }  // namespace nvmeio

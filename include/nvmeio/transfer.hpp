@@ -3,7 +3,8 @@
 /// The vocabulary every front end speaks: which way bytes move, how a transfer runs, what it
 /// reports, the requests and outcomes of batches, and the options of every context. It defines
 /// words only; the front ends (strategy.hpp, parallel.hpp, async.hpp, batch.hpp, stripe.hpp,
-/// verify.hpp) each include it, and none includes another.
+/// verify.hpp) each include it, and none includes another but strategy.hpp, whose transfers
+/// parallel.hpp and stripe.hpp serve on a parallel context.
 
 #include <chrono>
 #include <cstddef>

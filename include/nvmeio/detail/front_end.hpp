@@ -17,7 +17,6 @@
 #include <utility>
 #include <vector>
 
-#include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/detail/engine.hpp"
 #include "nvmeio/error.hpp"
@@ -29,14 +28,19 @@ namespace nvmeio {
 inline namespace v0 {
 namespace detail {
 
-// Why a transfer may not proceed, or an empty string (no allocation) when it may.
+// Why a transfer may not proceed, or an empty string (no allocation) when it may. `buffer_size`
+// is what the memory holds where that is known (an aligned_buffer's size), so that a length past
+// its end is refused before anything touches it.
 inline std::string transfer_problem(const file& f, operation op, const void* buffer,
                                     std::size_t length, std::uint64_t offset,
-                                    std::size_t block_size) {
+                                    std::size_t block_size, std::size_t buffer_size) {
     const auto what = [&] {  // built only for a message
         return std::string(to_string(op)) + " of " + std::to_string(length) + " bytes at offset " +
                std::to_string(offset) + " in '" + f.path() + "': ";
     };
+    if (length > buffer_size) {
+        return what() + "the buffer holds only " + std::to_string(buffer_size) + " bytes";
+    }
     if (!f.is_open()) return what() + "the file is not open";
     if (op == operation::write && f.mode() == open_mode::read) {
         return what() + "the file was opened with open_mode::read";
@@ -71,20 +75,10 @@ inline std::string transfer_problem(const file& f, operation op, const void* buf
 
 // The one precondition check of every transfer front end (the O_DIRECT rules of strategy.hpp).
 inline void check_transfer(const file& f, operation op, const void* buffer, std::size_t length,
-                           std::uint64_t offset, std::size_t block_size) {
-    std::string problem = transfer_problem(f, op, buffer, length, offset, block_size);
+                           std::uint64_t offset, std::size_t block_size,
+                           std::size_t buffer_size = std::numeric_limits<std::size_t>::max()) {
+    std::string problem = transfer_problem(f, op, buffer, length, offset, block_size, buffer_size);
     if (!problem.empty()) throw_invalid(problem);
-}
-
-// A raw pointer carries no size; an aligned_buffer does, so a length it cannot hold is refused
-// before anything touches memory past its end.
-inline void check_buffer_holds(const aligned_buffer& buffer, std::size_t length, operation op,
-                               const file& f, std::uint64_t offset) {
-    if (length > buffer.size()) {
-        throw_invalid(std::string(to_string(op)) + " of " + std::to_string(length) +
-                      " bytes at offset " + std::to_string(offset) + " in '" + f.path() +
-                      "': the buffer holds only " + std::to_string(buffer.size()) + " bytes");
-    }
 }
 
 [[noreturn]] inline void throw_bad_request(const file& f, std::size_t index, const batch_request& r,
@@ -120,10 +114,6 @@ template <class Config>
 inline constexpr bool is_transfer_config =
     std::is_same_v<Config, transfer_config> || std::is_same_v<Config, sequential> ||
     std::is_same_v<Config, overlapped>;
-
-/// Takes part in overload resolution only for such a `Config`.
-template <class Config>
-using if_transfer_config = std::enable_if_t<is_transfer_config<Config>, int>;
 
 // Calls `run(policy)` with the policy of `config`: a run-time strategy picks one of the engine's
 // loops here, once per transfer (or batch); a policy is passed on as it is.

@@ -149,7 +149,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_policy_and_the_config_naming_it_move_the_same_by
 
 // On a parallel context each piece runs the loop its policy names, as on an aio context: with
 // one thread the one piece is the whole range, and its worker's backend shows the loop.
-BOOST_AUTO_TEST_CASE_TEMPLATE(a_policy_on_a_parallel_context_runs_its_loop_on_every_piece, TestType,
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_policy_on_a_one_thread_parallel_context_runs_its_loop, TestType,
                               backend_types) {
     if (!nvmeio_test::backend_usable<TestType>()) return;
     const std::size_t size = 40 * block + 1000;

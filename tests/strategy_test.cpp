@@ -574,6 +574,25 @@ static_assert(!is_invocable_v<reading, parallel_context&, const stripe_set&, voi
                               std::uint64_t, const transfer_config&>);
 static_assert(is_invocable_v<reading, parallel_context&, const file&, void*, std::size_t,
                              std::uint64_t, const sequential&, std::error_code&>);
+// A pointer to an aligned_buffer or a vector (for its data()) is refused; to plain bytes, taken.
+static_assert(!is_invocable_v<reading, aio_context&, const file&, aligned_buffer*, std::size_t,
+                              std::uint64_t>);
+static_assert(!is_invocable_v<writing, aio_context&, const file&, const std::vector<char>*,
+                              std::size_t, std::uint64_t>);
+static_assert(
+    is_invocable_v<reading, aio_context&, const file&, std::uint64_t*, std::size_t, std::uint64_t>);
+// A class derived from a context, or from a pair's settings, is served as its base.
+struct derived_context : parallel_context {
+    using parallel_context::parallel_context;
+};
+struct derived_config : transfer_config {};
+struct derived_options : batch_options {};
+static_assert(
+    is_invocable_v<reading, derived_context&, const file&, void*, std::size_t, std::uint64_t>);
+static_assert(is_invocable_v<reading, parallel_context&, const file&, void*, std::size_t,
+                             std::uint64_t, const derived_config&>);
+static_assert(is_invocable_v<reading, derived_context&, const stripe_set&, void*, std::size_t,
+                             std::uint64_t, const derived_options&>);
 
 // Writes `size` bytes from an aligned_buffer to `target` through `context` and reads them back
 // into another. A length one byte past a buffer's size (which its capacity would hold) is
@@ -628,4 +647,23 @@ BOOST_AUTO_TEST_CASE(an_aligned_buffer_bounds_the_length_on_every_context_and_ta
     BOOST_TEST_CONTEXT("parallel context, stripe set") {
         round_trip_bounded_by_the_buffer(parallel, set, size, set_contents);
     }
+}
+
+// Memory given with its size, `mutable_memory{p, n}` / `const_memory{p, n}`, bounds the length as
+// an aligned_buffer does; a context derived from nvmeio's moves bytes as its base.
+BOOST_AUTO_TEST_CASE(memory_given_with_its_size_bounds_the_length) {
+    const std::size_t size = 3 * block + 5;
+    derived_context context({2, {4, block}});
+    temp_path path("memory_size");
+    const file f(path.str(), open_mode::write);
+    aligned_buffer bytes(size + block);  // room past `size` that the length may not use
+    nvmeio_test::fill_pattern(bytes.data(), bytes.size(), 3);
+    BOOST_TEST(write(context, f, const_memory{bytes.data(), size}, size, 0).bytes == size);
+    const std::string what = message_of<std::invalid_argument>([&] {
+        (void)read(context, f, mutable_memory{bytes.data(), size}, size + 1, 0);
+    });
+    BOOST_TEST(contains(what, "holds only " + std::to_string(size) + " bytes"));
+    std::vector<char> back(size);
+    BOOST_TEST(f.read_at(back.data(), size, 0) == size);
+    BOOST_TEST(nvmeio_test::holds_pattern(back.data(), size, 3));
 }

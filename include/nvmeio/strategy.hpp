@@ -26,6 +26,10 @@
 namespace nvmeio {
 inline namespace v0 {
 
+template <class Backend>
+class basic_parallel_context;  // parallel_context.hpp
+class stripe_set;              // stripe.hpp
+
 /// The memory side of a transfer: a pointer, and the bytes it holds where that is known.
 /// `mutable_memory` (read into) is made from a `void*` or an `aligned_buffer&`, `const_memory`
 /// (written from) from a `const void*` or a `const aligned_buffer&`. An aligned_buffer's size
@@ -41,6 +45,11 @@ class basic_memory {
     /// The buffer's `size()` bytes.
     basic_memory(Buffer& buffer) noexcept  // NOLINT(google-explicit-constructor): as a buffer
         : basic_memory(buffer.data(), buffer.size()) {}
+    /// `&buffer` for `buffer.data()` (an aligned_buffer, a vector) would move the object's own
+    /// bytes: a pointer to a class that is not trivially copyable is refused.
+    template <class T,
+              std::enable_if_t<std::is_class_v<T> && !std::is_trivially_copyable_v<T>, int> = 0>
+    basic_memory(T* object) = delete;
 
     /// The first byte.
     [[nodiscard]] Void* data() const noexcept { return data_; }
@@ -66,11 +75,27 @@ namespace detail {
 template <class Context, class Target>
 struct route {};
 
-// What a route to a file takes: the run-time transfer_config (the default) or a policy.
+// The other routes, declared here so that no use can come before them.
+template <class Backend>
+struct route<basic_parallel_context<Backend>, file>;
+template <class Backend>
+struct route<basic_parallel_context<Backend>, stripe_set>;
+
+// The context a route is keyed on: a class derived from a context is served as that context.
+template <class Backend>
+basic_aio_context<Backend> context_kind(const basic_aio_context<Backend>*);
+template <class Backend>
+basic_parallel_context<Backend> context_kind(const basic_parallel_context<Backend>*);
+template <class Context, class Target>
+using route_for = route<decltype(detail::context_kind(static_cast<Context*>(nullptr))), Target>;
+
+// What a route to a file takes: the run-time transfer_config (the default, or a class derived
+// from it) or a policy.
 struct file_route {
     using settings = transfer_config;
     template <class Settings>
-    static constexpr bool takes = is_transfer_config<Settings>;
+    static constexpr bool takes =
+        is_transfer_config<Settings> || std::is_base_of_v<transfer_config, Settings>;
 };
 
 // One range of a file on one aio context: one segment through the engine.
@@ -87,25 +112,25 @@ struct route<basic_aio_context<Backend>, file> : file_route {
 
 // The settings of a route when the caller gives none.
 template <class Context, class Target>
-using settings_of = typename route<Context, Target>::settings;
+using settings_of = typename route_for<Context, Target>::settings;
 
 // Takes part in overload resolution only where a route moves bytes with `Settings`.
 template <class Context, class Target, class Settings>
-using if_route = std::enable_if_t<route<Context, Target>::template takes<Settings>, int>;
+using if_route = std::enable_if_t<route_for<Context, Target>::template takes<Settings>, int>;
 
 }  // namespace detail
 
 /// Moves `length` bytes between `memory` and `offset` of `target` through `context`; throws
 /// io_error on failure, std::invalid_argument (before anything moves) when `length` passes the
-/// end of an aligned_buffer or a precondition above is violated.
+/// end of an aligned_buffer or a precondition above is violated. Const memory goes to `write`.
 template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
           detail::if_route<Context, Target, Settings> = 0>
 [[nodiscard]] transfer_result transfer(Context& context, const Target& target, operation op,
                                        mutable_memory memory, std::size_t length,
                                        std::uint64_t offset, const Settings& settings = {}) {
     return detail::or_throw([&](io_failure& failure) {
-        return detail::route<Context, Target>::run(context, target, op, memory, length, offset,
-                                                   settings, failure);
+        return detail::route_for<Context, Target>::run(context, target, op, memory, length, offset,
+                                                       settings, failure);
     });
 }
 
@@ -117,8 +142,8 @@ template <class Context, class Target, class Settings = detail::settings_of<Cont
                                        std::uint64_t offset, const Settings& settings,
                                        std::error_code& ec) {
     return detail::or_report(ec, [&](io_failure& failure) {
-        return detail::route<Context, Target>::run(context, target, op, memory, length, offset,
-                                                   settings, failure);
+        return detail::route_for<Context, Target>::run(context, target, op, memory, length, offset,
+                                                       settings, failure);
     });
 }
 

@@ -119,7 +119,7 @@ template <class Backend>
 struct route<basic_parallel_context<Backend>, stripe_set> {
     using settings = batch_options;
     template <class Settings>
-    static constexpr bool takes = std::is_same_v<Settings, batch_options>;
+    static constexpr bool takes = std::is_base_of_v<batch_options, Settings>;
 
     static transfer_result run(basic_parallel_context<Backend>& context, const stripe_set& set,
                                operation op, mutable_memory memory, std::size_t length,

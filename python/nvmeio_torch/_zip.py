@@ -68,7 +68,7 @@ def crc32_combine(crc1, crc2, length2):
     return _multmodp(_x8nmodp(length2), crc1) ^ crc2
 
 
-# zlib.crc32's equal, about three times as fast where the CPU folds (x86 PCLMULQDQ).
+# zlib.crc32's equal, faster where the CPU folds (x86 PCLMULQDQ; docs/PYTHON.md, Checkpoints).
 _crc32_piece = _C.crc32 if _C.crc32_folds else zlib.crc32
 
 

@@ -53,6 +53,10 @@ constexpr std::uint64_t fold_constant(unsigned n) {
     return reflected;
 }
 
+// The constants that fold a block forward by 512 and by 128 bits: {low half, high half}.
+inline constexpr std::uint64_t fold_by_512[2] = {fold_constant(575), fold_constant(511)};
+inline constexpr std::uint64_t fold_by_128[2] = {fold_constant(191), fold_constant(127)};
+
 // A 16-byte block holds x^127 (bit 0) down to x^0; its low half is x^64 times a 64-bit half.
 // Folding it forward by `bits` multiplies the low half by x^(bits + 64) and the high half by
 // x^bits, each less the x that the multiplication adds.
@@ -65,10 +69,10 @@ __attribute__((target("pclmul,sse2"))) inline __m128i fold(__m128i block, __m128
 __attribute__((target("pclmul,sse2"))) inline std::uint32_t folded(std::uint32_t crc,
                                                                    const unsigned char* p,
                                                                    std::size_t n) noexcept {
-    const __m128i by512 = _mm_set_epi64x(static_cast<long long>(fold_constant(511)),
-                                         static_cast<long long>(fold_constant(575)));
-    const __m128i by128 = _mm_set_epi64x(static_cast<long long>(fold_constant(127)),
-                                         static_cast<long long>(fold_constant(191)));
+    const __m128i by512 = _mm_set_epi64x(static_cast<long long>(fold_by_512[1]),
+                                         static_cast<long long>(fold_by_512[0]));
+    const __m128i by128 = _mm_set_epi64x(static_cast<long long>(fold_by_128[1]),
+                                         static_cast<long long>(fold_by_128[0]));
     const auto load = [](const unsigned char* at) {
         return _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
     };
@@ -94,7 +98,7 @@ __attribute__((target("pclmul,sse2"))) inline std::uint32_t folded(std::uint32_t
 
 // Whether this CPU has the instructions `folded` uses.
 inline bool has_fold() noexcept {
-    static const bool has = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse2");
+    static const bool has = __builtin_cpu_supports("pclmul");
     return has;
 }
 

@@ -313,7 +313,11 @@ PYBIND11_MODULE(_C, m) {
         "nbytes"_a, "lock"_a = false);
     m.def(
         "crc32",
-        [](py::object data, std::uint32_t value) {
+        [](py::object data, const py::int_& start) {
+            // As zlib.crc32: any integer, of which the low 32 bits count.
+            const auto value =
+                static_cast<std::uint32_t>(PyLong_AsUnsignedLongLongMask(start.ptr()));
+            if (PyErr_Occurred() != nullptr) throw py::error_already_set();
             Py_buffer view;
             if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
                 throw py::error_already_set();
@@ -325,7 +329,7 @@ PYBIND11_MODULE(_C, m) {
         },
         "The CRC-32 of a C-contiguous buffer's bytes continuing value, as zlib.crc32(data, "
         "value); the GIL is released while it runs.",
-        "data"_a, "value"_a = 0);
+        "data"_a, "value"_a = py::int_(0));
     m.attr("crc32_folds") = nvmeio_torch::crc32::has_fold();
     m.def(
         "deepspeed_memcpy",

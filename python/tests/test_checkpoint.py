@@ -256,8 +256,11 @@ def test_extension_crc32_equals_zlib():
         assert _C.crc32(piece, value) == zlib.crc32(piece, value), (n, start, value)
     tensor = torch.arange(10000, dtype=torch.float32)
     assert _C.crc32(tensor.numpy()) == zlib.crc32(tensor.numpy().tobytes())
+    assert _C.crc32(data, -1) == zlib.crc32(data, -1)  # as zlib: the value's low 32 bits
+    assert _C.crc32(data, 1 << 40 | 7) == zlib.crc32(data, 1 << 40 | 7)
     if platform.machine() == "x86_64":
-        assert _C.crc32_folds == ("pclmulqdq" in open("/proc/cpuinfo").read())
+        with open("/proc/cpuinfo") as cpuinfo:
+            assert _C.crc32_folds == ("pclmulqdq" in cpuinfo.read())
 
 
 def test_extension_crc32_refuses_what_is_not_contiguous():

@@ -123,12 +123,8 @@ decltype(auto) with_policy(const transfer_config& config, Run&& run) {
         return run(sequential{config.submit, config.measure});
     return run(overlapped{config.submit, config.measure});
 }
-template <class Run>
-decltype(auto) with_policy(const sequential& policy, Run&& run) {
-    return run(policy);
-}
-template <class Run>
-decltype(auto) with_policy(const overlapped& policy, Run&& run) {
+template <class Policy, class Run>
+decltype(auto) with_policy(const Policy& policy, Run&& run) {
     return run(policy);
 }
 

@@ -21,10 +21,10 @@
 #endif
 
 #include <cerrno>
-#include <fstream>
 #include <string>
 #include <system_error>
 
+#include "nvmeio/alignment.hpp"
 #include "nvmeio/error.hpp"
 
 #if NVMEIO_HAS_IO_URING
@@ -42,10 +42,7 @@ inline constexpr bool io_uring_available = NVMEIO_HAS_IO_URING != 0;
 /// The value of `/proc/sys/kernel/io_uring_disabled` (0 allowed, 1 root/group only, 2 disabled),
 /// or -1 when the kernel has no such setting.
 [[nodiscard]] inline int io_uring_disabled_setting() {
-    std::ifstream in("/proc/sys/kernel/io_uring_disabled");
-    int value = -1;
-    if (in >> value) return value;
-    return -1;
+    return detail::read_number("/proc/sys/kernel/io_uring_disabled", -1);
 }
 
 namespace detail {

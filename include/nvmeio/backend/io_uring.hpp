@@ -194,9 +194,16 @@ class io_uring_backend {
     [[nodiscard]] unsigned completion_capacity() const noexcept { return completion_capacity_; }
 
     /// The deepest ring this kernel creates, or 0 when it cannot tell (asked with
-    /// IORING_SETUP_CLAMP, so this briefly creates a ring of that depth).
+    /// IORING_SETUP_CLAMP, which shrinks a too-deep ring to the limit instead of refusing it, so
+    /// this briefly creates a ring of that depth).
     [[nodiscard]] static unsigned max_queue_depth() noexcept {
-        return detail::kernel_max_queue_depth();
+        io_uring ring{};
+        io_uring_params params{};
+        params.flags = IORING_SETUP_CLAMP;
+        if (::io_uring_queue_init_params(1u << 30, &ring, &params) < 0) return 0;
+        const unsigned limit = params.sq_entries;
+        ::io_uring_queue_exit(&ring);
+        return limit;
     }
 
     /// Registers `buffers` with the kernel and keeps them until unregister_buffers(); on success

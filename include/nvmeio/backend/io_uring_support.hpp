@@ -104,19 +104,6 @@ inline int setup_ring(io_uring& ring, io_uring_params& params, unsigned queue_de
     return rc;
 }
 
-// The deepest ring this kernel creates, or 0 when it cannot tell. Asked with IORING_SETUP_CLAMP,
-// which makes the kernel shrink a too-deep ring to its limit instead of refusing it (so this
-// briefly creates a ring of that depth).
-inline unsigned kernel_max_queue_depth() noexcept {
-    io_uring ring{};
-    io_uring_params params{};
-    params.flags = IORING_SETUP_CLAMP;
-    if (::io_uring_queue_init_params(1u << 30, &ring, &params) < 0) return 0;
-    const unsigned limit = params.sq_entries;
-    ::io_uring_queue_exit(&ring);
-    return limit;
-}
-
 // Enables a ring set up disabled; the calling thread becomes its issuer. 0 or -errno. (Called
 // raw: liburing 2.3 declares io_uring_enable_rings but its library lacks it.)
 inline int enable_ring(const io_uring& ring) noexcept {

@@ -190,9 +190,6 @@ class io_uring_backend {
     /// The queue depth the ring was created for.
     [[nodiscard]] unsigned queue_depth() const noexcept { return queue_depth_; }
 
-    /// Requests in flight at once without losing a completion: the completion ring's size.
-    [[nodiscard]] unsigned completion_capacity() const noexcept { return completion_capacity_; }
-
     /// The deepest ring this kernel creates, or 0 when it cannot tell (asked with
     /// IORING_SETUP_CLAMP, which shrinks a too-deep ring to the limit instead of refusing it, so
     /// this briefly creates a ring of that depth).

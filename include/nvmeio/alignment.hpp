@@ -70,10 +70,7 @@ struct dio_alignment {
 };
 
 /// What a block device takes at once, from its sysfs queue/ folder (a partition's from its
-/// disk's). io_uring tries every request without blocking first; on a block device a request
-/// that would need splitting fails that try and is issued again from a kernel worker thread,
-/// its pages pinned twice. Transfers through io_uring stay within these limits (see the
-/// engine).
+/// disk's). io_uring_backend keeps its requests within it (why: backend/io_uring.hpp).
 struct queue_limits {
     /// The largest request, a power of two bytes, taken as one bio the block layer need not
     /// split: at most queue/max_sectors_kb, and at most as many pages as queue/max_segments and

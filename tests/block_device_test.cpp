@@ -424,12 +424,13 @@ BOOST_AUTO_TEST_CASE(a_new_plan_asks_the_waiting_block_again) {
 // pages touched whole is, one of 4 KiB pages is not, nor is one not touched yet.
 BOOST_AUTO_TEST_CASE(huge_pages_are_told_from_small_ones) {
     const std::size_t size = std::size_t{16} << 20;
+    detail::pagemap pages;
     aligned_buffer small(size, 4096, buffer_options{true, false, false});
     (void)::madvise(small.data(), small.capacity(), MADV_NOHUGEPAGE);
     std::memset(small.data(), 1, size);
-    BOOST_TEST(!detail::huge_pages_back(small.data(), size));
+    BOOST_TEST(!pages.huge_pages_back(small.data(), size));
     aligned_buffer fresh(size, 4096, buffer_options{false, true, false});
-    BOOST_TEST(!detail::huge_pages_back(fresh.data(), size));
+    BOOST_TEST(!pages.huge_pages_back(fresh.data(), size));
     aligned_buffer huge(size, 4096, buffer_options{true, true, false});
     std::memset(huge.data(), 2, size);
     // The witness: /proc/self/smaps's AnonHugePages of the mapping holding the buffer.
@@ -439,15 +440,15 @@ BOOST_AUTO_TEST_CASE(huge_pages_are_told_from_small_ones) {
     int major = 0, minor = 0;
     std::sscanf(system.release, "%d.%d", &major, &minor);
     if (huge_kib >= size / 1024 && (major > 6 || (major == 6 && minor >= 7))) {
-        BOOST_TEST(detail::huge_pages_back(huge.data(), size));
+        BOOST_TEST(pages.huge_pages_back(huge.data(), size));
         const auto* before = reinterpret_cast<const void*>(  // from a page before it
             reinterpret_cast<std::uintptr_t>(huge.data()) - 4096);
-        BOOST_TEST(!detail::huge_pages_back(before, size));
+        BOOST_TEST(!pages.huge_pages_back(before, size));
     } else {
         nvmeio_test::skip("huge pages not tested: Linux " + std::string(system.release) + ", " +
                           std::to_string(huge_kib) + " KiB of the buffer huge");
     }
-    BOOST_TEST(!detail::huge_pages_back(huge.data(), 0));
+    BOOST_TEST(!pages.huge_pages_back(huge.data(), 0));
 }
 
 // io_uring first tries every request without blocking (REQ_NOWAIT). On a block device, a request
@@ -518,7 +519,7 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whol
     // Memory of huge pages stays whole (io_uring_backend::request_length says why): 1 MiB requests
     // of it need no split here, and no worker.
     aligned_buffer huge(size, 4096, buffer_options{true, true, false});
-    const bool is_huge = detail::huge_pages_back(huge.data(), size);
+    const bool is_huge = detail::pagemap().huge_pages_back(huge.data(), size);
     BOOST_TEST_MESSAGE("huge pages: " << (is_huge ? "yes" : "no, cut as 4 KiB pages"));
     transfer_result from_huge;
     int huge_workers = -1;

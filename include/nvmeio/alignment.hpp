@@ -70,10 +70,7 @@ struct dio_alignment {
 };
 
 /// What a block device takes at once, from its sysfs queue/ folder (a partition's from its
-/// disk's). io_uring tries every request without blocking first; on a block device a request
-/// that would need splitting fails that try and is issued again from a kernel worker thread,
-/// its pages pinned twice. Transfers through io_uring stay within these limits (see the
-/// engine).
+/// disk's). io_uring_backend keeps its requests within it (why: backend/io_uring.hpp).
 struct queue_limits {
     /// The largest request, a power of two bytes, taken as one bio the block layer need not
     /// split: at most queue/max_sectors_kb, and at most as many pages as queue/max_segments and
@@ -87,11 +84,12 @@ struct queue_limits {
 
 namespace detail {
 
-inline std::size_t read_sysfs_number(const std::string& path) {
+// The number in a /proc or /sys file, or `otherwise` when it cannot be read.
+template <class Number>
+Number read_number(const std::string& path, Number otherwise) {
     std::ifstream in(path);
-    std::size_t value = 0;
-    if (in >> value) return value;
-    return 0;
+    Number value{};
+    return in >> value ? value : otherwise;
 }
 
 /// A number from the sysfs queue/ folder of block device `device` (for a partition, its disk's);
@@ -101,14 +99,9 @@ inline std::size_t queue_limit(dev_t device, const char* name) {
         "/sys/dev/block/" + std::to_string(major(device)) + ":" + std::to_string(minor(device));
     // A partition has no queue/ of its own; its parent disk's is one level up.
     for (const char* folder : {"/queue/", "/../queue/"}) {
-        if (std::size_t value = read_sysfs_number(base + folder + name)) return value;
+        if (std::size_t value = read_number(base + folder + name, std::size_t{0})) return value;
     }
     return 0;
-}
-
-/// The logical block size of the block device holding the file, from sysfs; 0 if unknown.
-inline std::size_t logical_block_size(dev_t device) {
-    return queue_limit(device, "logical_block_size");
 }
 
 /// How much block device `device` takes at once: the largest request the block layer need not
@@ -164,7 +157,7 @@ inline queue_limits read_queue_limits(dev_t device) {
     if (::fstat(fd, &st) != 0) return result;
     if (S_ISBLK(st.st_mode)) return detail::block_device_alignment(fd);
     try {
-        if (std::size_t size = detail::logical_block_size(st.st_dev)) {
+        if (std::size_t size = detail::queue_limit(st.st_dev, "logical_block_size")) {
             result.memory = size;
             result.offset = size;
             result.source = "logical_block_size";

@@ -46,8 +46,10 @@ namespace detail {
 // only looks inside the chunks that differ, the common case of validation.
 inline constexpr std::size_t memcmp_chunk = 16 * 1024;
 #if NVMEIO_DETAIL_COMPARE_USES_XSIMD
+namespace kernels = simd;
 inline constexpr bool prefer_memcmp = simd::byte_lanes < 32;
 #else
+namespace kernels = scalar;
 inline constexpr bool prefer_memcmp = true;
 #endif
 
@@ -79,14 +81,13 @@ inline constexpr bool simd_enabled = NVMEIO_DETAIL_COMPARE_USES_XSIMD != 0;
 /// null); otherwise both ranges must be readable for `n` bytes. The ranges may overlap.
 [[nodiscard]] inline bool equal(const void* a, const void* b, std::size_t n) noexcept {
     if (n == 0) return true;
-    if (detail::memcmp_leads(n)) return std::memcmp(a, b, n) == 0;
 #if NVMEIO_DETAIL_COMPARE_USES_XSIMD
-    return detail::simd::equal(static_cast<const std::uint8_t*>(a),
-                               static_cast<const std::uint8_t*>(b), n);
-#else
-    return detail::scalar::equal(static_cast<const std::uint8_t*>(a),
-                                 static_cast<const std::uint8_t*>(b), n);
+    if (!detail::memcmp_leads(n)) {
+        return detail::simd::equal(static_cast<const std::uint8_t*>(a),
+                                   static_cast<const std::uint8_t*>(b), n);
+    }
 #endif
+    return std::memcmp(a, b, n) == 0;
 }
 
 /// Offset of the first byte that differs between the `n` bytes at `a` and at `b`, or
@@ -94,20 +95,15 @@ inline constexpr bool simd_enabled = NVMEIO_DETAIL_COMPARE_USES_XSIMD != 0;
 /// equal().
 [[nodiscard]] inline std::size_t first_mismatch(const void* a, const void* b,
                                                 std::size_t n) noexcept {
-    const auto kernel = [](const std::uint8_t* x, const std::uint8_t* y, std::size_t k) {
-#if NVMEIO_DETAIL_COMPARE_USES_XSIMD
-        return detail::simd::first_mismatch(x, y, k);
-#else
-        return detail::scalar::first_mismatch(x, y, k);
-#endif
-    };
     if (n == 0) return no_mismatch;
     const auto* pa = static_cast<const std::uint8_t*>(a);
     const auto* pb = static_cast<const std::uint8_t*>(b);
-    if (!detail::memcmp_leads(n)) return kernel(pa, pb, n);
+    if (!detail::memcmp_leads(n)) return detail::kernels::first_mismatch(pa, pb, n);
     for (std::size_t at = 0; at < n; at += detail::memcmp_chunk) {
         const std::size_t k = n - at < detail::memcmp_chunk ? n - at : detail::memcmp_chunk;
-        if (std::memcmp(pa + at, pb + at, k) != 0) return at + kernel(pa + at, pb + at, k);
+        if (std::memcmp(pa + at, pb + at, k) != 0) {
+            return at + detail::kernels::first_mismatch(pa + at, pb + at, k);
+        }
     }
     return no_mismatch;
 }
@@ -119,11 +115,7 @@ inline constexpr bool simd_enabled = NVMEIO_DETAIL_COMPARE_USES_XSIMD != 0;
                                                        std::size_t n) noexcept {
     static_assert(detail::scalar::npos == no_mismatch);
     const auto kernel = [](const std::uint8_t* x, const std::uint8_t* y, std::size_t k) {
-#if NVMEIO_DETAIL_COMPARE_USES_XSIMD
-        const auto found = detail::simd::count_mismatches(x, y, k);
-#else
-        const auto found = detail::scalar::count_mismatches(x, y, k);
-#endif
+        const auto found = detail::kernels::count_mismatches(x, y, k);
         return mismatch_summary{found.count_, found.first_, found.last_};
     };
     if (n == 0) return {0, no_mismatch, no_mismatch};

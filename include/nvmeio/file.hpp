@@ -253,17 +253,7 @@ class file {
     }
 
     /// Exchanges two handles.
-    void swap(file& other) noexcept {
-        std::swap(fd_, other.fd_);
-        std::swap(direct_, other.direct_);
-        std::swap(rw_flags_, other.rw_flags_);
-        std::swap(mode_, other.mode_);
-        std::swap(kind_, other.kind_);
-        std::swap(path_, other.path_);
-        std::swap(alignment_, other.alignment_);
-        std::swap(queue_limits_, other.queue_limits_);
-        std::swap(size_lock_, other.size_lock_);
-    }
+    void swap(file& other) noexcept { std::swap(*this, other); }
 
     /// read_at, write_at and reserve_range as above, recording the whole failure (operation,
     /// path, offset, length) in `failure` (empty on success), as a batch's results do.

@@ -6,7 +6,6 @@
 /// `gib_per_s()` with GiB = 2^30 bytes.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <ostream>
@@ -94,10 +93,6 @@ inline std::string json_latency(const latency_stats& s) {
            ", \"p50_us\": " + format("%.3f", s.p50_us) +
            ", \"p99_us\": " + format("%.3f", s.p99_us) + "}";
 }
-}  // namespace detail
-
-namespace detail {
-
 // Latency statistics of several parts taken together: exact count, min, max and mean; the
 // percentiles are the largest of the parts' (the samples themselves are gone).
 inline latency_stats merge_latency(const std::vector<const latency_stats*>& parts) {
@@ -113,27 +108,6 @@ inline latency_stats merge_latency(const std::vector<const latency_stats*>& part
         out.count += s->count;
     }
     if (out.count != 0) out.avg_us = sum / static_cast<double>(out.count);
-    return out;
-}
-
-// Several pieces' measurements as one: latencies merged, counts summed, `bytes`, and the time
-// since `start` (pieces may overlap in time).
-inline transfer_perf merge_perf(const std::vector<const transfer_perf*>& pieces,
-                                std::uint64_t bytes, std::chrono::steady_clock::time_point start) {
-    transfer_perf out;
-    out.bytes = bytes;
-    out.elapsed_us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-    std::vector<const latency_stats*> submits;
-    std::vector<const latency_stats*> completions;
-    for (const transfer_perf* p : pieces) {
-        submits.push_back(&p->submit);
-        completions.push_back(&p->completion);
-        out.requests += p->requests;
-        out.resubmissions += p->resubmissions;
-    }
-    out.submit = merge_latency(submits);
-    out.completion = merge_latency(completions);
     return out;
 }
 

@@ -34,12 +34,10 @@ inline namespace v0 {
 
 namespace detail {
 
-// How long io_uring's requests may be. io_uring tries each request without blocking first; on
-// a block device under O_DIRECT, a request the block layer would have to split fails that try
-// and is issued again from a kernel worker thread, its pages pinned twice (see queue_limits).
-// So requests are cut to the largest size the device takes whole, and a cut block keeps its
-// bytes in flight: queue depth x pieces requests, within the completion ring and, past the queue
-// depth, the device's queue (docs/perf/causes.md, docs/perf/whole_registered.md).
+// How long io_uring's requests may be. On a block device under O_DIRECT, a request the block
+// layer would have to split fails io_uring's first, non-blocking try and is issued again from a
+// kernel worker thread, its pages pinned twice. So requests are cut to what the device takes
+// whole (queue_limits), and a cut block keeps its bytes in flight (docs/GUARANTEES.md §5b).
 
 /// Pieces a block of registered memory must make, at least, to go out whole at depth 1.
 inline constexpr std::size_t whole_registered_pieces = 4;
@@ -190,13 +188,17 @@ class io_uring_backend {
     /// The queue depth the ring was created for.
     [[nodiscard]] unsigned queue_depth() const noexcept { return queue_depth_; }
 
-    /// Requests in flight at once without losing a completion: the completion ring's size.
-    [[nodiscard]] unsigned completion_capacity() const noexcept { return completion_capacity_; }
-
     /// The deepest ring this kernel creates, or 0 when it cannot tell (asked with
-    /// IORING_SETUP_CLAMP, so this briefly creates a ring of that depth).
+    /// IORING_SETUP_CLAMP, which shrinks a too-deep ring to the limit instead of refusing it, so
+    /// this briefly creates a ring of that depth).
     [[nodiscard]] static unsigned max_queue_depth() noexcept {
-        return detail::kernel_max_queue_depth();
+        io_uring ring{};
+        io_uring_params params{};
+        params.flags = IORING_SETUP_CLAMP;
+        if (::io_uring_queue_init_params(1u << 30, &ring, &params) < 0) return 0;
+        const unsigned limit = params.sq_entries;
+        ::io_uring_queue_exit(&ring);
+        return limit;
     }
 
     /// Registers `buffers` with the kernel and keeps them until unregister_buffers(); on success
@@ -219,23 +221,19 @@ class io_uring_backend {
         return creator_ == detail::this_process_id() && buffers_.holds(memory, length);
     }
 
-    /// How a transfer of `block_size` blocks on `f` is cut (backend/request.hpp): requests are
-    /// tried without blocking first, and on a block device one that needs splitting goes to a
-    /// worker thread, so blocks are cut to what the device takes whole (detail::plan_requests)
-    /// unless request_length keeps them whole.
+    /// How a transfer of `block_size` blocks on `f` is cut (detail::plan_requests; why: the
+    /// comment above it), unless request_length keeps a block whole.
     [[nodiscard]] request_limits limits_for(const file& f, std::size_t block_size) noexcept {
         plan_ = detail::plan_requests(f.queue_limits(), f.is_direct(), f.required_alignment(),
                                       block_size, queue_depth_, completion_capacity_);
         return {plan_.request_size, plan_.slots};
     }
 
-    /// How long the requests of the `length`-byte block at `position` of a segment may be (the
-    /// segment: `segment_length` bytes at `segment`): `length` when the block goes out whole,
-    /// else the piece of limits_for. A block stays whole when its memory makes a failed try
-    /// cheap: huge pages back the whole segment (asked at its first block; they are pinned a huge
-    /// page at a time), or it goes out registered (nothing pinned per request) and is at least
-    /// request_plan::registered_whole_from long. Asked at the start of every block, so memory
-    /// pinned once during a transfer stays whole from its next block on.
+    /// How long the requests of the `length`-byte block at `position` of a segment
+    /// (`segment_length` bytes at `segment`) may be: `length` when the block goes out whole, else
+    /// limits_for's piece. Whole where a failed try is cheap: huge pages back the segment (asked
+    /// at its first block), or the block is registered and at least registered_whole_from long
+    /// (asked at every block, so memory pinned during a transfer goes whole from its next one).
     [[nodiscard]] std::size_t request_length(const std::byte* segment, std::size_t segment_length,
                                              std::size_t position, std::size_t length) noexcept {
         if (position == 0)

@@ -61,12 +61,6 @@ class pagemap {
     int fd_ = -1;
 };
 
-/// pagemap's question, asked once.
-[[nodiscard]] inline bool huge_pages_back(const void* data, std::size_t length) noexcept {
-    pagemap once;
-    return once.huge_pages_back(data, length);
-}
-
 }  // namespace detail
 }  // namespace v0
 }  // namespace nvmeio

@@ -21,10 +21,10 @@
 #endif
 
 #include <cerrno>
-#include <fstream>
 #include <string>
 #include <system_error>
 
+#include "nvmeio/alignment.hpp"
 #include "nvmeio/error.hpp"
 
 #if NVMEIO_HAS_IO_URING
@@ -42,10 +42,7 @@ inline constexpr bool io_uring_available = NVMEIO_HAS_IO_URING != 0;
 /// The value of `/proc/sys/kernel/io_uring_disabled` (0 allowed, 1 root/group only, 2 disabled),
 /// or -1 when the kernel has no such setting.
 [[nodiscard]] inline int io_uring_disabled_setting() {
-    std::ifstream in("/proc/sys/kernel/io_uring_disabled");
-    int value = -1;
-    if (in >> value) return value;
-    return -1;
+    return detail::read_number("/proc/sys/kernel/io_uring_disabled", -1);
 }
 
 namespace detail {
@@ -105,19 +102,6 @@ inline int setup_ring(io_uring& ring, io_uring_params& params, unsigned queue_de
         if (rc != -EINVAL) break;
     }
     return rc;
-}
-
-// The deepest ring this kernel creates, or 0 when it cannot tell. Asked with IORING_SETUP_CLAMP,
-// which makes the kernel shrink a too-deep ring to its limit instead of refusing it (so this
-// briefly creates a ring of that depth).
-inline unsigned kernel_max_queue_depth() noexcept {
-    io_uring ring{};
-    io_uring_params params{};
-    params.flags = IORING_SETUP_CLAMP;
-    if (::io_uring_queue_init_params(1u << 30, &ring, &params) < 0) return 0;
-    const unsigned limit = params.sq_entries;
-    ::io_uring_queue_exit(&ring);
-    return limit;
 }
 
 // Enables a ring set up disabled; the calling thread becomes its issuer. 0 or -errno. (Called

@@ -10,10 +10,10 @@
 
 #include <cerrno>
 #include <cstddef>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "nvmeio/alignment.hpp"
 #include "nvmeio/backend/request.hpp"
 #include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
@@ -32,10 +32,7 @@ inline namespace v0 {
 
 /// The system-wide limit on AIO events (`/proc/sys/fs/aio-max-nr`), or 0 when unreadable.
 [[nodiscard]] inline unsigned long aio_max_nr() {
-    std::ifstream in("/proc/sys/fs/aio-max-nr");
-    unsigned long value = 0;
-    if (in >> value) return value;
-    return 0;
+    return detail::read_number("/proc/sys/fs/aio-max-nr", 0ul);
 }
 
 /// Native Linux AIO. One kernel context per instance; not thread-safe (one per thread).

@@ -65,27 +65,6 @@ struct mismatches {
     return npos;
 }
 
-/// True when [0, n) of both ranges hold the same bytes.
-[[nodiscard]] inline bool equal(const std::uint8_t* a, const std::uint8_t* b,
-                                std::size_t n) noexcept {
-    std::size_t i = 0;
-    // Four words per test keeps the branch rate low without a long dependency chain.
-    for (; i + 32 <= n; i += 32) {
-        const std::uint64_t diff = (load_word(a + i) ^ load_word(b + i)) |
-                                   (load_word(a + i + 8) ^ load_word(b + i + 8)) |
-                                   (load_word(a + i + 16) ^ load_word(b + i + 16)) |
-                                   (load_word(a + i + 24) ^ load_word(b + i + 24));
-        if (diff != 0) return false;
-    }
-    for (; i + 8 <= n; i += 8) {
-        if (load_word(a + i) != load_word(b + i)) return false;
-    }
-    for (; i < n; ++i) {
-        if (a[i] != b[i]) return false;
-    }
-    return true;
-}
-
 /// Counts the differing bytes in [0, n) and finds the first and last of them.
 [[nodiscard]] inline mismatches count_mismatches(const std::uint8_t* a, const std::uint8_t* b,
                                                  std::size_t n) noexcept {

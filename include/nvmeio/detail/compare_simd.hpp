@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
@@ -112,7 +113,7 @@ inline constexpr std::size_t narrow_below = std::size_t{192} << 10;  ///< first 
         b += skipped;
         n -= skipped;
     }
-    if (n < byte_lanes) return scalar::equal(a, b, n);
+    if (n < byte_lanes) return std::memcmp(a, b, n) == 0;
     std::size_t i = 0;
     for (; i + stride <= n; i += stride) {
         if (stride_differs(a + i, b + i)) return false;

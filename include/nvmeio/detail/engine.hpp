@@ -298,22 +298,6 @@ class engine {
     };
     // What one run works on: set by run(), gone when it returns.
     struct job {
-        job(Backend& b, const context_options& options, const file& f, operation o, segment* s,
-            std::size_t n, submit_mode submit, transfer_perf* measure,
-            const std::vector<segment_state>& state)
-            : backend(b),
-              target(f),
-              op(o),
-              segments(s),
-              count(n),
-              queue_depth(options.queue_depth),
-              unit(f.required_alignment()),
-              one_request_per_call(submit == submit_mode::single),
-              perf(measure),
-              spin(options.spin),
-              cursor(b, f, s, n, state, options.block_size),
-              slot_count(options.queue_depth) {}
-
         Backend& backend;
         const file& target;
         const operation op;
@@ -328,9 +312,9 @@ class engine {
         unsigned slot_count;      // requests in flight at most: queue depth, or more pieces
         unsigned whole_held = 0;  // slots held by blocks that stay whole in a cut plan
         unsigned inflight = 0;
-        retry_budget transient;  // completions answering EAGAIN/EINTR/ECANCELED
-        bool purge = false;      // a segment failed: drop its queued requests first
-        bool lost = false;       // reaping failed: requests in flight cannot be waited for
+        retry_budget transient{};  // completions answering EAGAIN/EINTR/ECANCELED
+        bool purge = false;        // a segment failed: drop its queued requests first
+        bool lost = false;         // reaping failed: requests in flight cannot be waited for
         std::uint64_t requests = 0;
         std::uint64_t resubmissions = 0;
     };
@@ -343,7 +327,18 @@ class engine {
     void run(Backend& backend, const context_options& options, const file& target, operation op,
              segment* segments, std::size_t count, submit_mode submit, transfer_perf* perf) {
         constexpr bool drain_before_refill = Strategy::kind == strategy_kind::sequential;
-        job j(backend, options, target, op, segments, count, submit, perf, state_);
+        job j{backend,
+              target,
+              op,
+              segments,
+              count,
+              options.queue_depth,
+              target.required_alignment(),
+              submit == submit_mode::single,
+              perf,
+              options.spin,
+              {backend, target, segments, count, state_, options.block_size},
+              options.queue_depth};
         job_ = &j;
         const clock::time_point start = perf != nullptr ? clock::now() : clock::time_point{};
         std::size_t body_total = 0;

@@ -123,12 +123,8 @@ decltype(auto) with_policy(const transfer_config& config, Run&& run) {
         return run(sequential{config.submit, config.measure});
     return run(overlapped{config.submit, config.measure});
 }
-template <class Run>
-decltype(auto) with_policy(const sequential& policy, Run&& run) {
-    return run(policy);
-}
-template <class Run>
-decltype(auto) with_policy(const overlapped& policy, Run&& run) {
+template <class Policy, class Run>
+decltype(auto) with_policy(const Policy& policy, Run&& run) {
     return run(policy);
 }
 
@@ -199,15 +195,27 @@ inline std::size_t settle(operation op, std::size_t length, const std::vector<sh
     return failure ? 0 : end;
 }
 
-// The shares' measurements as one, over the time since `start`.
+// The shares' measurements as one: latencies merged, counts summed, `bytes`, and the time since
+// `start` (shares overlap in time).
 inline transfer_perf merged_perf(const std::vector<share>& shares, std::uint64_t bytes,
                                  std::chrono::steady_clock::time_point start) {
-    std::vector<const transfer_perf*> parts;
+    transfer_perf out;
+    out.bytes = bytes;
+    out.elapsed_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    std::vector<const latency_stats*> submits;
+    std::vector<const latency_stats*> completions;
     for (const share& s : shares) {
-        for (const transfer_perf& p : s.perf)
-            parts.push_back(&p);
+        for (const transfer_perf& p : s.perf) {
+            submits.push_back(&p.submit);
+            completions.push_back(&p.completion);
+            out.requests += p.requests;
+            out.resubmissions += p.resubmissions;
+        }
     }
-    return merge_perf(parts, bytes, start);
+    out.submit = merge_latency(submits);
+    out.completion = merge_latency(completions);
+    return out;
 }
 
 }  // namespace detail

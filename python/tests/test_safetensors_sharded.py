@@ -232,18 +232,16 @@ PEAK = textwrap.dedent("""
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     print(rss("VmHWM:") - before, total)
     del tensors
-    before = reset_peak()
-    total = 0
-    for name, tensor in st.stream(path, max_bytes=cap, handle=handle):
-        total += tensor.numel() * tensor.element_size()
-    print(rss("VmHWM:") - before, total)
-    del tensor
-    before = reset_peak()
-    total = 0
-    for name, tensor in st.stream(path, max_bytes=cap, handle=handle):
-        total += tensor.numel() * tensor.element_size()
-        del tensor
-    print(rss("VmHWM:") - before, total)
+    for drop_each in (False, True):  # the loop's variable kept, then dropped as it goes
+        before = reset_peak()
+        total = 0
+        for name, tensor in st.stream(path, max_bytes=cap, handle=handle):
+            total += tensor.numel() * tensor.element_size()
+            if drop_each:
+                del tensor
+        print(rss("VmHWM:") - before, total)
+        if not drop_each:
+            del tensor
 """)
 
 

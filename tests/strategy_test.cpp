@@ -650,7 +650,7 @@ BOOST_AUTO_TEST_CASE(an_aligned_buffer_bounds_the_length_on_every_context_and_ta
 }
 
 // Memory given with its size, `mutable_memory{p, n}` / `const_memory{p, n}`, bounds the length as
-// an aligned_buffer does; a context derived from nvmeio's moves bytes as its base.
+// an aligned_buffer does; a context and settings derived from nvmeio's move bytes as their bases.
 BOOST_AUTO_TEST_CASE(memory_given_with_its_size_bounds_the_length) {
     const std::size_t size = 3 * block + 5;
     derived_context context({2, {4, block}});
@@ -658,7 +658,9 @@ BOOST_AUTO_TEST_CASE(memory_given_with_its_size_bounds_the_length) {
     const file f(path.str(), open_mode::write);
     aligned_buffer bytes(size + block);  // room past `size` that the length may not use
     nvmeio_test::fill_pattern(bytes.data(), bytes.size(), 3);
-    BOOST_TEST(write(context, f, const_memory{bytes.data(), size}, size, 0).bytes == size);
+    BOOST_TEST(
+        write(context, f, const_memory{bytes.data(), size}, size, 0, derived_config{}).bytes ==
+        size);
     const std::string what = message_of<std::invalid_argument>([&] {
         (void)read(context, f, mutable_memory{bytes.data(), size}, size + 1, 0);
     });

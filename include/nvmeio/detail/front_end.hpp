@@ -123,7 +123,9 @@ decltype(auto) with_policy(const transfer_config& config, Run&& run) {
         return run(sequential{config.submit, config.measure});
     return run(overlapped{config.submit, config.measure});
 }
-template <class Policy, class Run>
+template <class Policy, class Run,
+          std::enable_if_t<std::is_same_v<Policy, sequential> || std::is_same_v<Policy, overlapped>,
+                           int> = 0>
 decltype(auto) with_policy(const Policy& policy, Run&& run) {
     return run(policy);
 }

@@ -19,6 +19,7 @@
 
 #include "crc32.hpp"
 #include "handle.hpp"
+#include "mapped.hpp"
 #include "pinned.hpp"
 
 namespace py = pybind11;
@@ -59,6 +60,7 @@ std::unique_ptr<request> make_request(nvmeio::operation op, const torch::Tensor&
         buffer, offset, method, [] { return std::string("the buffer"); },
         [] { return std::string("file_offset"); }));
     r->tensors.push_back(buffer);
+    check_memory(op, r->tensors, r->pieces, method, [](std::size_t) { return "the buffer"; });
     r->validate = validate;
     return r;
 }
@@ -80,6 +82,8 @@ std::unique_ptr<request> make_batch(nvmeio::operation op, const std::vector<torc
             [i] { return "offsets[" + std::to_string(i) + "]"; }));
     }
     r->tensors = tensors;
+    check_memory(op, r->tensors, r->pieces, method,
+                 [](std::size_t i) { return "tensor " + std::to_string(i); });
     return r;
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,39 @@ inline std::shared_ptr<nvmeio::aligned_buffer> page_aligned(std::size_t bytes, b
     return memory;
 }
 
+namespace detail {
+// What a tensor over nvmeio's memory owns, and what runs when the last tensor viewing it goes.
+struct owned_memory {
+    std::shared_ptr<nvmeio::aligned_buffer> memory;
+    std::function<void(void*)> on_free;
+};
+
+inline void free_owned(void* context) {
+    std::unique_ptr<owned_memory> owned(static_cast<owned_memory*>(context));
+    if (owned->on_free) owned->on_free(owned->memory->data());
+}
+}  // namespace detail
+
+/// A tensor of `count` elements of `type` over `memory`, which it owns: `on_free` (if any) runs
+/// with the memory's address when the last tensor viewing it goes, then the memory is freed.
+inline torch::Tensor tensor_over(std::shared_ptr<nvmeio::aligned_buffer> memory, std::int64_t count,
+                                 c10::ScalarType type, std::function<void(void*)> on_free = {}) {
+    void* data = memory->data();
+    const std::size_t bytes = memory->size();
+    auto owned = std::make_unique<detail::owned_memory>(
+        detail::owned_memory{std::move(memory), std::move(on_free)});
+    c10::DataPtr pointer(data, owned.get(), &detail::free_owned, c10::Device(c10::kCPU));
+    owned.release();  // the DataPtr deletes it from here on
+    c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, std::move(pointer), nullptr,
+                         false);
+    return torch::empty({0}, torch::TensorOptions().dtype(type)).set_(storage, 0, {count}, {1});
+}
+
+/// True when `tensor` views memory that `tensor_over` made.
+[[nodiscard]] inline bool owned_by_nvmeio(const torch::Tensor& tensor) {
+    return tensor.has_storage() && tensor.storage().data_ptr().get_deleter() == &detail::free_owned;
+}
+
 /// A uint8 tensor of `bytes` bytes over fresh page-aligned memory (locked as `page_aligned`
 /// says) that it owns: the memory goes with the last tensor viewing it. The arena that loaded
 /// tensors view, and what O_DIRECT reads into without a copy.
@@ -54,11 +88,7 @@ inline torch::Tensor aligned_tensor(std::int64_t bytes, bool lock) {
     if (bytes < 0)
         throw_invalid("aligned_tensor: nbytes must not be negative (got " + std::to_string(bytes) +
                       ")");
-    std::shared_ptr<nvmeio::aligned_buffer> memory =
-        page_aligned(static_cast<std::size_t>(bytes), lock);
-    return torch::from_blob(
-        memory->data(), {bytes}, [memory](void*) mutable { memory.reset(); },
-        torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCPU));
+    return tensor_over(page_aligned(static_cast<std::size_t>(bytes), lock), bytes, torch::kUInt8);
 }
 
 /// The locked tensors handed out and not yet given back.
@@ -86,23 +116,16 @@ class pinned_registry {
         }
         const std::size_t bytes = static_cast<std::size_t>(count) * item;
         std::shared_ptr<nvmeio::aligned_buffer> memory = page_aligned(bytes, true);
-        void* data = memory->data();
         {
             std::lock_guard<std::mutex> lock(state_->mutex);
-            state_->live[data] = bytes;
+            state_->live[memory->data()] = bytes;
         }
         // The deleter may run on any thread; it touches only the registry and the memory.
         std::shared_ptr<shared_state> state = state_;
-        return torch::from_blob(
-            data, {count},
-            [state, memory](void* p) mutable {
-                {
-                    std::lock_guard<std::mutex> lock(state->mutex);
-                    state->live.erase(p);
-                }
-                memory.reset();
-            },
-            torch::TensorOptions().dtype(type).device(torch::kCPU));
+        return tensor_over(std::move(memory), count, type, [state](void* p) {
+            std::lock_guard<std::mutex> lock(state->mutex);
+            state->live.erase(p);
+        });
     }
 
     /// Disowns `tensor` when it is one of this handle's (viewed from its start); says whether.

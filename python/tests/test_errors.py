@@ -173,3 +173,54 @@ def test_validate_passes_on_equal_bytes_for_every_method_that_takes_it(workdir):
     assert h.pread(back, path, True, True) == 0
     assert h.wait() == 1
     assert torch.equal(back, data)
+
+
+# A child process, so that a crash fails the test instead of ending the run. It maps `path`
+# read-only (PROT_READ) and a page of no access (PROT_NONE) and hands tensors over them to
+# every method; it prints one line per call: the exception, or "ok".
+MEMORY_CHILD = r"""
+import mmap, os, sys, warnings
+import torch, nvmeio_torch
+warnings.simplefilter("ignore")  # frombuffer warns that the buffer is not writable
+path, backend = sys.argv[1], sys.argv[2]
+h = nvmeio_torch.aio_handle(4096, 4, False, True, 2, backend=backend)
+with open(path, "rb") as f:
+    mapped = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+read_only = torch.frombuffer(mapped, dtype=torch.uint8)
+unreadable = torch.frombuffer(mmap.mmap(-1, 8192, prot=0), dtype=torch.uint8)  # PROT_NONE
+calls = {
+    "aligned": lambda: h.sync_pread(read_only[:4096], path),
+    "unaligned": lambda: h.sync_pread(read_only[1:1001], path),
+    "async": lambda: (h.async_pread(read_only[3:4000], path), h.wait()),
+    "batch": lambda: h.sync_pread_batch([torch.zeros(64, dtype=torch.uint8),
+                                         read_only[100:164]], path, [0, 4096]),
+    "write_unreadable": lambda: h.sync_pwrite(unreadable[5:105], path + ".out"),
+}
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "ok")
+    except Exception as e:
+        print(name, type(e).__name__, e)
+out = torch.zeros(100, dtype=torch.uint8)
+h.sync_pwrite(read_only[7:107], path + ".copy")  # reading read-only memory is fine
+h.sync_pread(out, path + ".copy")
+print("copy", "ok" if torch.equal(out, read_only[7:107]) else "wrong bytes")
+"""
+
+
+def test_memory_a_call_cannot_use_raises_value_error_before_any_byte_moves(workdir, backend):
+    path = os.path.join(workdir, "f.bin")
+    data = random_bytes(8192, seed=4)
+    write_file(path, data)
+    done = subprocess.run(["/usr/bin/python3", "-c", MEMORY_CHILD, path, backend],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr + done.stdout
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    for name in ("aligned", "unaligned", "async", "batch"):
+        assert lines[name].startswith("ValueError") and "not writable" in lines[name], lines
+    assert "tensor 1" in lines["batch"], lines
+    assert lines["write_unreadable"].startswith("ValueError"), lines
+    assert "not readable" in lines["write_unreadable"], lines
+    assert lines["copy"] == "ok", lines
+    assert torch.equal(file_bytes(path), data)  # the read-only mapping was left as it was

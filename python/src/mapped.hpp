@@ -1,0 +1,107 @@
+#pragma once
+/// \file mapped.hpp
+/// Whether a call may use a tensor's memory: a read needs to write it, a write to read it. A
+/// copy through the bounce arena touches the memory in this process, where memory it may not
+/// use is a crash rather than the kernel's EFAULT, so such memory is refused before any byte
+/// moves. Memory from torch's CPU allocator, pinned memory and nvmeio's own are usable; any
+/// other (a NumPy array, a tensor over an mmap) is looked up in /proc/self/maps.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nvmeio/transfer.hpp>
+
+#include <c10/core/CPUAllocator.h>
+#include <torch/types.h>
+
+#include "pinned.hpp"
+
+namespace nvmeio_torch {
+namespace detail {
+
+struct mapping {
+    std::uintptr_t start, end;
+    bool readable, writable;
+};
+
+// This process's mappings in address order; empty when /proc/self/maps cannot be read.
+inline std::vector<mapping> read_mappings() {
+    std::string text;
+    const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return {};
+    char chunk[1 << 16];
+    for (;;) {
+        const ssize_t got = ::read(fd, chunk, sizeof chunk);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        text.append(chunk, static_cast<std::size_t>(got));
+    }
+    ::close(fd);
+    std::vector<mapping> mappings;
+    const char* p = text.c_str();
+    while (*p != '\0') {  // each line: "start-end rwxp ..."
+        char* after = nullptr;
+        const std::uintptr_t start = std::strtoull(p, &after, 16);
+        const std::uintptr_t end = std::strtoull(after + 1, &after, 16);
+        mappings.push_back({start, end, after[1] == 'r', after[2] == 'w'});
+        while (*p != '\0' && *p++ != '\n') {
+        }
+    }
+    return mappings;
+}
+
+// True when [address, address + length) lies in mappings that allow the access.
+inline bool usable(const std::vector<mapping>& mappings, std::uintptr_t address, std::size_t length,
+                   bool write) {
+    const std::uintptr_t end = address + length;
+    auto m = std::upper_bound(mappings.begin(), mappings.end(), address,
+                              [](std::uintptr_t a, const mapping& x) { return a < x.end; });
+    while (address < end) {
+        if (m == mappings.end() || m->start > address || !(write ? m->writable : m->readable))
+            return false;
+        address = m->end;
+        ++m;
+    }
+    return true;
+}
+
+}  // namespace detail
+
+/// Throws std::invalid_argument (ValueError) naming the first of `pieces` (the bytes of
+/// `tensors`) whose memory `op` may not use; `name(i)` names piece i.
+template <class Name>
+void check_memory(nvmeio::operation op, const std::vector<torch::Tensor>& tensors,
+                  const std::vector<nvmeio::batch_request>& pieces, const char* method, Name name) {
+    const c10::DeleterFnPtr torch_memory[] = {c10::GetCPUAllocator()->raw_deleter(),
+                                              c10::GetDefaultCPUAllocator()->raw_deleter()};
+    std::vector<detail::mapping> mappings;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+        const torch::Tensor& t = tensors[i];
+        if (pieces[i].length == 0 || owned_by_nvmeio(t) || t.is_pinned()) continue;
+        const c10::DeleterFnPtr deleter = t.storage().data_ptr().get_deleter();
+        if (deleter != nullptr && std::find(std::begin(torch_memory), std::end(torch_memory),
+                                            deleter) != std::end(torch_memory)) {
+            continue;
+        }
+        if (mappings.empty()) mappings = detail::read_mappings();
+        if (mappings.empty()) return;  // no /proc: the copy is left to fail as it will
+        const bool write = op == nvmeio::operation::read;
+        if (!detail::usable(mappings, reinterpret_cast<std::uintptr_t>(pieces[i].buffer),
+                            pieces[i].length, write)) {
+            throw std::invalid_argument(
+                std::string(method) + ": " + name(i) + " is in memory that is not " +
+                (write ? "writable (a read-only mapping?); a read writes into it"
+                       : "readable; a write reads from it"));
+        }
+    }
+}
+
+}  // namespace nvmeio_torch

@@ -372,7 +372,8 @@ class recording_backend {
 
 // About 5 MiB of unaligned buffers through a 256 KiB arena at depth 8 of 64 KiB: the bounced
 // requests in flight never hold more than the arena (8 x 64 KiB would), so the bytes move in
-// waves, never over memory a request in flight still uses; every byte arrives, ragged or not.
+// waves, never over memory a request in flight still uses; every byte arrives, ragged or not,
+// and a run longer than the arena goes in chunks of it.
 BOOST_AUTO_TEST_CASE(bounced_bytes_beyond_the_arena_move_in_waves) {
     basic_aio_context<recording_backend> context({8, block});
     batch_options options;
@@ -382,9 +383,9 @@ BOOST_AUTO_TEST_CASE(bounced_bytes_beyond_the_arena_move_in_waves) {
         BOOST_TEST_CONTEXT("ragged=" << ragged) {
             temp_path path("batch_waves");
             layout l = make_layout(120, ragged ? 7 : 8, ragged);
-            // Ragged requests join into one run (no aligned offset to cut at), which the
-            // arena is rounded up to hold: the bound holds for the aligned layout.
-            const std::size_t arena_bound = ragged ? SIZE_MAX : options.bounce_size;
+            // Ragged requests join into one run of about 5 MiB (no aligned offset to cut it
+            // at), which goes through the arena in chunks: the bound holds for it too.
+            const std::size_t arena_bound = options.bounce_size;
             // What the backend saw of one batch: every byte bounced, through waves that kept
             // the arena's bound and never overlapped.
             const auto check_waves = [&](const batch_outcome& outcome) {

@@ -188,25 +188,44 @@ void run_groups(Context& context, const file& f, operation op,
     auto slot_of = [&](std::size_t length) {
         return static_cast<std::size_t>(align_up(length, std::max(unit, arena_alignment)));
     };
-    // Arena bytes each group needs: all of it bounced, or the last partial unit of a zero-copy
-    // group (the only unaligned end such a group can have).
+    // A bounced group goes in chunks of at most this many bytes (whole slots, so that every
+    // chunk but the last starts and ends on the alignment), so the arena never outgrows
+    // `bounce_size` and a large tensor's copy and I/O alternate in waves like many small ones.
+    const std::size_t chunk =
+        std::max(slot_of(1), static_cast<std::size_t>(align_down(options.bounce_size, slot_of(1))));
+    // The arena bytes of a zero-copy group: its last partial unit (the only unaligned end such a
+    // group can have); `remaining`, the arena bytes of every group.
     std::vector<bool> direct(which.size());
-    std::vector<std::size_t> needs(which.size());
+    std::vector<std::size_t> tail(which.size());
     std::size_t remaining = 0;
     for (std::size_t k = 0; k < which.size(); ++k) {
         const batch_group& g = groups[which[k]];
         direct[k] = zero_copy(f, requests, g, options);
-        needs[k] = slot_of(direct[k] ? g.length % padding_unit : g.length);
+        const std::size_t bounced = direct[k] ? g.length % padding_unit : g.length;
+        tail[k] = direct[k] ? slot_of(bounced) : 0;
         // Overlapping requests may add up past SIZE_MAX: saturate (it only caps the arena).
-        remaining = needs[k] > SIZE_MAX - remaining ? SIZE_MAX : remaining + needs[k];
+        const std::size_t all = slot_of(bounced);
+        remaining = all > SIZE_MAX - remaining ? SIZE_MAX : remaining + all;
     }
 
     typename engine_of<Context>::template arena_loan<Context> loan(context, options.bounce_size);
     aligned_buffer& arena = loan.arena;
     if (arena.alignment() < arena_alignment) arena = aligned_buffer();
+    std::size_t part = 0;  // bytes of group `which[k]` that earlier waves moved
     for (std::size_t k = 0; k < which.size();) {
         batch_wave w;
         std::size_t arena_used = 0;
+        // Room for `need` more arena bytes in this wave; false when the wave is full.
+        auto reserve = [&](std::size_t need) {
+            if (arena_used != 0 && arena_used + need > options.bounce_size) return false;
+            if (arena.capacity() < arena_used + need) {
+                if (arena_used != 0) return false;  // the arena grows between waves only
+                arena = aligned_buffer(std::max(need, std::min(options.bounce_size, remaining)),
+                                       arena_alignment);
+            }
+            remaining = remaining > need ? remaining - need : 0;
+            return true;
+        };
         // A segment for bytes [from, to) of group g: from `memory`, or bounced when null.
         auto add = [&](const batch_group& g, std::size_t from, std::size_t to, std::byte* memory) {
             std::size_t span = 0;
@@ -228,21 +247,20 @@ void run_groups(Context& context, const file& f, operation op,
         };
         for (; k < which.size(); ++k) {
             const batch_group& g = groups[which[k]];
-            if (needs[k] != 0) {
-                if (arena_used != 0 && arena_used + needs[k] > options.bounce_size) break;
-                if (arena.capacity() < arena_used + needs[k]) {
-                    if (arena_used != 0) break;  // the arena grows between waves only
-                    arena =
-                        aligned_buffer(std::max(needs[k], std::min(options.bounce_size, remaining)),
-                                       arena_alignment);
-                }
-                remaining = remaining > needs[k] ? remaining - needs[k] : 0;
-            }
-            ++tally.ios;
             if (!direct[k]) {
-                add(g, 0, g.length, nullptr);
+                while (part < g.length) {
+                    const std::size_t to = part + std::min(chunk, g.length - part);
+                    if (!reserve(slot_of(to - part))) break;
+                    if (part == 0) ++tally.ios;
+                    add(g, part, to, nullptr);
+                    part = to;
+                }
+                if (part < g.length) break;  // the wave is full; the rest goes in the next
+                part = 0;
                 continue;
             }
+            if (tail[k] != 0 && !reserve(tail[k])) break;
+            ++tally.ios;
             // Runs of members adjacent in memory go as one segment each.
             const std::size_t body = g.length - g.length % padding_unit;
             std::size_t at = 0;

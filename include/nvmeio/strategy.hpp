@@ -1,11 +1,8 @@
 #pragma once
 /// \file strategy.hpp
-/// Transfers: move one byte range between memory and a target through a context, with a
-/// strategy policy (`nvmeio::sequential{}`, `nvmeio::overlapped{}`) or the run-time
-/// `transfer_config`, which picks one of their loops once per transfer (transfer.hpp).
-/// One `transfer`, `read` and `write` serve every pair: an aio context and a file (here), a
-/// parallel context and a file (parallel.hpp), a parallel context and a stripe set (stripe.hpp,
-/// whose settings are batch_options).
+/// Transfers: one `transfer`, `read` and `write` for every pair of context and target (an aio
+/// context and a file here; parallel.hpp and stripe.hpp the others), with a strategy policy or
+/// the run-time `transfer_config` (transfer.hpp).
 /// O_DIRECT on a file: memory and offset aligned to `file.alignment()`, block size a multiple of
 /// `alignment().strictest()`, any length; otherwise std::invalid_argument before anything is
 /// submitted. The whole contract: docs/GUARANTEES.md, section 5c.

@@ -1,9 +1,6 @@
 #pragma once
 /// \file perf.hpp
-/// What a transfer measured: latency statistics, end-to-end time and throughput.
-///
-/// Units: latencies and times in microseconds; `gb_per_s()` in GB/s with GB = 10^9 bytes;
-/// `gib_per_s()` with GiB = 2^30 bytes.
+/// What a transfer measured: latency statistics and times (in microseconds), throughput.
 
 #include <algorithm>
 #include <cstdint>

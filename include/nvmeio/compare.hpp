@@ -63,9 +63,8 @@ constexpr bool memcmp_leads(std::size_t n) noexcept {
 
 }  // namespace detail
 
-// The entry points live in an inline namespace named for the instruction set they were
-// compiled for, so translation units built with different -march flags (or with and without
-// NVMEIO_NO_XSIMD) link without one silently replacing the other. Callers just say nvmeio::.
+// The entry points live in an inline namespace named for their instruction set (why: the tag's
+// comment in detail/simd.hpp); callers just say nvmeio::.
 inline namespace NVMEIO_DETAIL_SIMD_TAG {
 
 /// True when this translation unit compares with xsimd registers, false on the scalar path.

@@ -27,7 +27,6 @@ inline namespace v0 {
 
 namespace detail {
 
-// One range of a file cut into aligned pieces, one per worker.
 template <class Backend>
 struct route<basic_parallel_context<Backend>, file> : file_route {
     template <class Config>

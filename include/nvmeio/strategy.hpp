@@ -95,7 +95,6 @@ struct file_route {
         is_transfer_config<Settings> || std::is_base_of_v<transfer_config, Settings>;
 };
 
-// One range of a file on one aio context: one segment through the engine.
 template <class Backend>
 struct route<basic_aio_context<Backend>, file> : file_route {
     template <class Config>

@@ -108,7 +108,6 @@ class stripe_set {
 
 namespace detail {
 
-// A striped transfer: each file's share is one batch, run by its own worker.
 template <class Backend>
 struct route<basic_parallel_context<Backend>, stripe_set> {
     using settings = batch_options;

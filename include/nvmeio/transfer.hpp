@@ -95,15 +95,13 @@ struct context_options {
     /// out of time back off. When the CPU it burns pays: docs/PERFORMANCE.md, "Waiting for
     /// completions".
     std::chrono::microseconds spin{0};
-    /// Pin once: an io_uring context registers memory nvmeio allocated (aligned_buffers made by
-    /// code that includes the io_uring backend: docs/GUARANTEES.md section 6) with its ring when it
+    /// Pin once: an io_uring context registers memory nvmeio allocated with its ring when it
     /// moves bytes through it a second time, so the kernel pins those pages once instead of per
-    /// request (backend/io_uring_registered.hpp). false: every request pins its own pages, as
-    /// libaio's do.
+    /// request (which memory: docs/GUARANTEES.md section 6). false: every request pins its own
+    /// pages.
     bool pin_once = true;
     /// One thread's ring: an io_uring context sets its ring up for the one thread that moves
-    /// bytes through it (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1+), so the kernel runs
-    /// completion work only when that thread waits; moved to another thread later, the context
+    /// bytes through it (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1+); moved to another thread, it
     /// gets a plain ring there, once (backend/io_uring.hpp). false: a plain ring from the start.
     bool single_issuer = true;
 };

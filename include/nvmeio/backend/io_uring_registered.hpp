@@ -273,7 +273,6 @@ class ring_buffers final : public memory_pinner {
         return {const_cast<std::byte*>(owned_[index].data()), owned_[index].size()};
     }
 
-    // The pinning counts of `registration_use`.
     void count(registration_use& use) const {
         const std::lock_guard<std::mutex> lock(mutex_);
         use.pinned = pinned_;

@@ -144,7 +144,6 @@ class memory_registry {
         }
     }
 
-    // How many buffers are recorded now.
     [[nodiscard]] std::size_t size() {
         const std::lock_guard<std::mutex> lock(mutex_);
         return buffers_.size();

@@ -47,9 +47,7 @@ struct latency_stats {
     }
 };
 
-/// What one transfer measured.
-///
-/// `submit` has one sample per submission call (`io_submit` or equivalent): the call's duration.
+/// What one transfer measured. `submit` has one sample per submission call: the call's duration.
 /// `completion` has one sample per request: from the start of the call that submitted it to the
 /// moment it was reaped.
 struct transfer_perf {

@@ -48,12 +48,10 @@ struct request_plan {
     std::size_t registered_whole_from = 0;
 };
 
-/// The plan for a context of `queue_depth` x `block_size` on a file with `limits`, O_DIRECT
-/// alignment `unit` (when `direct`), through a backend that keeps to the limits and holds
-/// `completion_capacity` (>= queue_depth) completions: what a block is cut to unless it stays
-/// whole, and how many requests are in flight at most. At depth 1 a block of registered memory
-/// stays whole from whole_registered_pieces pieces (nothing overlaps the worker's hand-off
-/// there), deeper from two.
+/// What a block of a `queue_depth` x `block_size` context is cut to unless it stays whole, and
+/// how many requests are in flight at most, through a backend holding `completion_capacity`
+/// (>= queue_depth) completions. At depth 1 a block of registered memory stays whole from
+/// whole_registered_pieces pieces (nothing overlaps the worker's hand-off there), deeper from two.
 [[nodiscard]] inline request_plan plan_requests(const queue_limits& limits, bool direct,
                                                 std::size_t unit, std::size_t block_size,
                                                 unsigned queue_depth,

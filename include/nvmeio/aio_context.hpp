@@ -1,8 +1,7 @@
 #pragma once
 /// \file aio_context.hpp
-/// An asynchronous I/O context: a Backend policy plus the queue depth and block size that every
-/// transfer through it uses. It owns the backend, its settings and the engine (detail/engine.hpp),
-/// which reaches them as its friend for every transfer a front end runs on it.
+/// An asynchronous I/O context: a Backend policy, the queue depth and block size that every
+/// transfer through it uses, and the engine that runs them (detail/engine.hpp).
 
 #include <chrono>
 #include <cstddef>

@@ -82,15 +82,12 @@ struct buffer_options {
     bool lock = false;
 };
 
-/// An owning, move-only block of aligned memory for O_DIRECT transfers.
+/// An owning, move-only block of aligned memory for O_DIRECT transfers. `size()` is what the
+/// caller asked for; `capacity()` is `size()` rounded up to `alignment()`, so an aligned
+/// over-read of a file tail always lands inside the buffer.
 ///
-/// `size()` is what the caller asked for; `capacity()` is `size()` rounded up to `alignment()`,
-/// so an aligned over-read of a file tail always lands inside the buffer.
-///
-/// Pinned once: an io_uring context that moves bytes through the buffer again registers its
-/// memory with the kernel (backend/io_uring_registered.hpp), so later requests skip pinning its
-/// pages; freeing the buffer first lets every ring that did so go of it. Only where io_uring is
-/// included (detail/memory_registry.hpp); elsewhere allocating and freeing take no lock.
+/// An io_uring context that moves bytes through it again may pin it once; freeing it first makes
+/// every ring let go of it (detail/memory_registry.hpp).
 class aligned_buffer {
   public:
     /// An empty buffer.

@@ -74,8 +74,7 @@ struct dio_alignment {
 struct queue_limits {
     /// The largest request, a power of two bytes, taken as one bio the block layer need not
     /// split: at most queue/max_sectors_kb, and at most as many pages as queue/max_segments and
-    /// as one bio's vector holds (256), since a buffer's pages need not be physically contiguous
-    /// and each may be a segment of its own. 0: unknown, or not a block device.
+    /// one bio (256) hold (docs/perf/causes.md, cause 5). 0: unknown, or not a block device.
     std::size_t unsplit_request_bytes = 0;
     /// Requests the device queues at once (queue/nr_requests): more pieces of cut requests in
     /// flight would only wait. 0: unknown, or not a block device.

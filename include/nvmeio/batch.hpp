@@ -24,7 +24,6 @@ inline namespace v0 {
 
 namespace detail {
 
-// A checked batch on one aio context.
 template <class Backend>
 batch_outcome checked_batch(basic_aio_context<Backend>& context, const file& f, operation op,
                             const std::vector<batch_request>& requests,
@@ -33,7 +32,6 @@ batch_outcome checked_batch(basic_aio_context<Backend>& context, const file& f, 
     return run_batch(context, f, op, requests, options);
 }
 
-// A checked batch over the threads of a parallel context.
 template <class Backend>
 batch_outcome checked_batch(basic_parallel_context<Backend>& context, const file& f, operation op,
                             const std::vector<batch_request>& requests,

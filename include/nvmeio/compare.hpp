@@ -1,11 +1,9 @@
 #pragma once
 /// \file compare.hpp
-/// Byte-wise comparison of two memory ranges, for checking that what was read matches what
-/// was written. Any alignment and any length; the body uses xsimd registers of the translation
-/// unit's default architecture (so -march decides SSE2, AVX2 or AVX-512), the ends are scalar.
-///
-/// xsimd is used when <xsimd/xsimd.hpp> can be included and NVMEIO_NO_XSIMD is not defined;
-/// otherwise a word-at-a-time scalar comparator gives the same results.
+/// Byte-wise comparison of two memory ranges, of any alignment and length, for checking that
+/// what was read matches what was written (how: docs/compare.md). xsimd registers of the
+/// translation unit's -march where <xsimd/xsimd.hpp> is found and NVMEIO_NO_XSIMD is not
+/// defined; otherwise a scalar comparator with the same results.
 ///
 /// Thread-safety: all functions only read their arguments; call them from any thread.
 
@@ -40,10 +38,9 @@ struct mismatch_summary {
 
 namespace detail {
 
-// glibc's memcmp picks the widest registers the CPU has when the program starts; a translation
-// unit compiled for baseline x86-64 (16-byte SSE2 registers) cannot, and is slower than memcmp
-// on cache-resident data (docs/compare.md). There, memcmp finds the equal stretches and our code
-// only looks inside the chunks that differ, the common case of validation.
+// glibc's memcmp uses the widest registers the CPU has; a translation unit built for baseline
+// x86-64 cannot, and is slower on cache-resident data. There memcmp finds the equal stretches and
+// our kernels look only inside the chunks that differ (docs/compare.md).
 inline constexpr std::size_t memcmp_chunk = 16 * 1024;
 #if NVMEIO_DETAIL_COMPARE_USES_XSIMD
 namespace kernels = simd;
@@ -53,24 +50,21 @@ namespace kernels = scalar;
 inline constexpr bool prefer_memcmp = true;
 #endif
 
-// Past the caches the comparison waits on memory, and memcmp streams it best, even against the
-// 64-byte-register kernels (docs/compare.md). So from this size on, every build lets memcmp find
-// the equal stretches too.
+// Past the caches memcmp streams memory best, even against 64-byte registers: from this size on
+// every build lets it find the equal stretches.
 inline constexpr std::size_t memory_bound = std::size_t{4} << 20;
 
-// Whether memcmp leads a comparison of `n` bytes: equal() is then memcmp, and the two that
-// locate or count differences let it find the equal chunks and look only inside the others.
-// Up to one chunk, every build: a call's set-up costs the SIMD kernels more than glibc's
-// memcmp, which is faster than them at 4-16 KiB (docs/compare.md).
+// Whether memcmp leads a comparison of `n` bytes (equal() is then memcmp; the other two let it
+// find the equal chunks). Also up to one chunk in every build, where the kernels' set-up costs
+// more than glibc's memcmp.
 constexpr bool memcmp_leads(std::size_t n) noexcept {
     return prefer_memcmp || n <= memcmp_chunk || n >= memory_bound;
 }
 
 }  // namespace detail
 
-// The entry points live in an inline namespace named for the instruction set they were
-// compiled for, so translation units built with different -march flags (or with and without
-// NVMEIO_NO_XSIMD) link without one silently replacing the other. Callers just say nvmeio::.
+// The entry points live in an inline namespace named for their instruction set (why: the tag's
+// comment in detail/simd.hpp); callers just say nvmeio::.
 inline namespace NVMEIO_DETAIL_SIMD_TAG {
 
 /// True when this translation unit compares with xsimd registers, false on the scalar path.

@@ -1,10 +1,7 @@
 #pragma once
 /// \file error.hpp
-/// The one exception type for I/O failures and the helpers that build it.
-///
-/// Inside nvmeio, failures travel as `-errno` integers or `std::error_code`; at the public
-/// boundary they become either an `std::error_code&` out-parameter or an `nvmeio::io_error`
-/// whose message names the operation, the file, the offset and the length.
+/// The one exception type for I/O failures and the helpers that build it; at the public boundary
+/// a failure is either an `io_error` or an `std::error_code&` out-parameter.
 
 #include <cstdint>
 #include <stdexcept>

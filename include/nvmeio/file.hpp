@@ -338,6 +338,5 @@ inline io_failure trim_write_padding(const file& f, std::uint64_t padded_end, st
 }  // namespace v0
 }  // namespace nvmeio
 
-// The members' definitions.
 #include "nvmeio/detail/file_io.ipp"
 #include "nvmeio/detail/file_open.ipp"

@@ -1,15 +1,12 @@
 #pragma once
 /// \file parallel.hpp
 /// Intra-op parallelism: `transfer`, `read` and `write` (strategy.hpp) of a file on a parallel
-/// context (parallel_context.hpp), one range split over its threads, each piece on one worker's
-/// aio context, with the same settings (a transfer_config or a policy).
+/// context, one range cut into at most `threads()` pieces at multiples of the file's O_DIRECT
+/// alignment, each on one worker's aio context (docs/PARALLEL.md, "Intra-op parallelism").
 ///
-/// A transfer of any length is cut into at most `threads()` pieces whose boundaries are
-/// multiples of the file's O_DIRECT alignment (the last piece takes the remainder, unaligned tail
-/// included), so the O_DIRECT rules are those of strategy.hpp. A failure is the one at the lowest
-/// offset; a read meeting the end of the file returns the bytes up to it. When measuring,
-/// `perf` holds the wall time, the summed request counts and the pieces' latencies merged
-/// (percentiles: the largest of the pieces').
+/// Settings and O_DIRECT rules are those of strategy.hpp. A failure is the one at the lowest
+/// offset; a read meeting the end of the file returns the bytes up to it. Measured percentiles
+/// are the largest of the pieces'.
 
 #include <algorithm>
 #include <chrono>
@@ -30,7 +27,6 @@ inline namespace v0 {
 
 namespace detail {
 
-// One range of a file cut into aligned pieces, one per worker.
 template <class Backend>
 struct route<basic_parallel_context<Backend>, file> : file_route {
     template <class Config>

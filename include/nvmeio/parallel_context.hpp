@@ -16,10 +16,8 @@
 namespace nvmeio {
 inline namespace v0 {
 
-/// A pool of threads with one `basic_aio_context<Backend>` each, splitting transfers over them.
-///
-/// The front ends that use it: parallel.hpp (one range over the threads), batch.hpp (a batch's
-/// I/Os over the threads), stripe.hpp (one file of a stripe set per thread).
+/// A pool of threads with one `basic_aio_context<Backend>` each, splitting transfers over them
+/// (parallel.hpp, batch.hpp, stripe.hpp).
 ///
 /// Thread-safety: transfers and `run` may be called from several threads at once (their pieces
 /// queue for the same workers). Destroying the context waits for the pieces in progress.

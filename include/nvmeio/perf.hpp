@@ -1,9 +1,6 @@
 #pragma once
 /// \file perf.hpp
-/// What a transfer measured: latency statistics, end-to-end time and throughput.
-///
-/// Units: latencies and times in microseconds; `gb_per_s()` in GB/s with GB = 10^9 bytes;
-/// `gib_per_s()` with GiB = 2^30 bytes.
+/// What a transfer measured: latency statistics and times (in microseconds), throughput.
 
 #include <algorithm>
 #include <cstdint>
@@ -50,9 +47,7 @@ struct latency_stats {
     }
 };
 
-/// What one transfer measured.
-///
-/// `submit` has one sample per submission call (`io_submit` or equivalent): the call's duration.
+/// What one transfer measured. `submit` has one sample per submission call: the call's duration.
 /// `completion` has one sample per request: from the start of the call that submitted it to the
 /// moment it was reaped.
 struct transfer_perf {

@@ -1,11 +1,8 @@
 #pragma once
 /// \file strategy.hpp
-/// Transfers: move one byte range between memory and a target through a context, with a
-/// strategy policy (`nvmeio::sequential{}`, `nvmeio::overlapped{}`) or the run-time
-/// `transfer_config`, which picks one of their loops once per transfer (transfer.hpp).
-/// One `transfer`, `read` and `write` serve every pair: an aio context and a file (here), a
-/// parallel context and a file (parallel.hpp), a parallel context and a stripe set (stripe.hpp,
-/// whose settings are batch_options).
+/// Transfers: one `transfer`, `read` and `write` for every pair of context and target (an aio
+/// context and a file here; parallel.hpp and stripe.hpp the others), with a strategy policy or
+/// the run-time `transfer_config` (transfer.hpp).
 /// O_DIRECT on a file: memory and offset aligned to `file.alignment()`, block size a multiple of
 /// `alignment().strictest()`, any length; otherwise std::invalid_argument before anything is
 /// submitted. The whole contract: docs/GUARANTEES.md, section 5c.
@@ -98,7 +95,6 @@ struct file_route {
         is_transfer_config<Settings> || std::is_base_of_v<transfer_config, Settings>;
 };
 
-// One range of a file on one aio context: one segment through the engine.
 template <class Backend>
 struct route<basic_aio_context<Backend>, file> : file_route {
     template <class Config>

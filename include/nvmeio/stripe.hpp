@@ -1,15 +1,9 @@
 #pragma once
 /// \file stripe.hpp
-/// Striping: one logical byte range spread over D files, one per device, in stripe units (as
-/// DeepSpeed's swap folders or an LVM stripe do), moved by `transfer`, `read` and `write`
-/// (strategy.hpp) on a parallel context, with batch_options as their settings.
-///
-/// Logical byte `x` lives in file `(x / unit) % D` at offset `(x / unit / D) * unit + x % unit`.
-/// Each file's share of a transfer is one batch (batch.hpp) run by its own worker, so the D
-/// devices work at the same time and each keeps its queue full. With an aligned buffer the
-/// stripe units go straight between the caller's memory and the files (when the unit is at
-/// least `batch_options::min_direct_size`); otherwise units that follow each other in a file are
-/// coalesced through a bounce arena.
+/// Striping: one logical byte range spread over D files, one per device, in stripe units, moved
+/// by `transfer`, `read` and `write` (strategy.hpp) on a parallel context, with batch_options as
+/// their settings. Each file's share is one batch run by its own worker (the layout and how the
+/// units are coalesced: docs/PARALLEL.md, "Striping").
 ///
 /// A failure is the one at the lowest logical offset (its io_error names the file and the file
 /// offset); a read returns the bytes up to the first logical byte that does not exist.
@@ -114,7 +108,6 @@ class stripe_set {
 
 namespace detail {
 
-// A striped transfer: each file's share is one batch, run by its own worker.
 template <class Backend>
 struct route<basic_parallel_context<Backend>, stripe_set> {
     using settings = batch_options;

@@ -1,10 +1,7 @@
 #pragma once
 /// \file transfer.hpp
 /// The vocabulary every front end speaks: which way bytes move, how a transfer runs, what it
-/// reports, the requests and outcomes of batches, and the options of every context. It defines
-/// words only; the front ends (strategy.hpp, parallel.hpp, async.hpp, batch.hpp, stripe.hpp,
-/// verify.hpp) each include it, and none includes another but strategy.hpp, whose transfers
-/// parallel.hpp and stripe.hpp serve on a parallel context.
+/// reports, the requests and outcomes of batches, and the options of every context. Words only.
 
 #include <chrono>
 #include <cstddef>
@@ -32,9 +29,7 @@ enum class operation {
 enum class submit_mode {
     single,  ///< One request per submission call (DeepSpeed's single_submit = true).
     /// Ready requests in as few calls as keep the device busy: one call takes what is ready, up
-    /// to as many as are already in flight (one when none is), so an idle queue is started with
-    /// one request, then 1, 2, 4... and a busy one takes everything ready at once. (The kernel
-    /// holds back every request of a multi-request call until the call returns.)
+    /// to as many as are already in flight (one when none is); why: docs/perf/causes.md, cause 7.
     block,
 };
 
@@ -64,16 +59,14 @@ struct transfer_config {
     bool measure = false;
 };
 
-/// The sequential strategy as a policy: the engine's loop for it submits a round of up to
-/// queue-depth requests and reaps all of them before the next round.
+/// strategy_kind::sequential as a policy, which picks the engine's loop at compile time.
 struct sequential {
     static constexpr strategy_kind kind = strategy_kind::sequential;  ///< Its run-time name.
     submit_mode submit = submit_mode::block;  ///< How requests are submitted.
     bool measure = false;                     ///< As transfer_config::measure.
 };
 
-/// The overlapped strategy as a policy: the engine's loop for it keeps up to queue-depth requests
-/// in flight, submitting new ones as completions arrive.
+/// strategy_kind::overlapped as a policy, which picks the engine's loop at compile time.
 struct overlapped {
     static constexpr strategy_kind kind = strategy_kind::overlapped;  ///< Its run-time name.
     submit_mode submit = submit_mode::block;  ///< How requests are submitted.
@@ -98,20 +91,17 @@ struct context_options {
     /// alignment; that is checked when a transfer starts, because it depends on the file.
     std::size_t block_size = std::size_t{1} << 20;
     /// How long a wait for completions first polls the completion ring before it sleeps in the
-    /// kernel (at most 1 second); 0, the default, always sleeps at once. Polling burns the
-    /// waiting thread's CPU to skip the sleep and wake-up; polls that keep running out of time
-    /// back off (1, 2, 4, ... 64 waits sleep at once). docs/PERFORMANCE.md ("Waiting for
-    /// completions") says when it pays.
+    /// kernel (at most 1 second); 0, the default, always sleeps at once. Polls that keep running
+    /// out of time back off. When the CPU it burns pays: docs/PERFORMANCE.md, "Waiting for
+    /// completions".
     std::chrono::microseconds spin{0};
-    /// Pin once: an io_uring context registers memory nvmeio allocated (aligned_buffers made by
-    /// code that includes the io_uring backend: docs/GUARANTEES.md section 6) with its ring when it
+    /// Pin once: an io_uring context registers memory nvmeio allocated with its ring when it
     /// moves bytes through it a second time, so the kernel pins those pages once instead of per
-    /// request (backend/io_uring_registered.hpp). false: every request pins its own pages, as
-    /// libaio's do.
+    /// request (which memory: docs/GUARANTEES.md section 6). false: every request pins its own
+    /// pages.
     bool pin_once = true;
     /// One thread's ring: an io_uring context sets its ring up for the one thread that moves
-    /// bytes through it (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1+), so the kernel runs
-    /// completion work only when that thread waits; moved to another thread later, the context
+    /// bytes through it (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1+); moved to another thread, it
     /// gets a plain ring there, once (backend/io_uring.hpp). false: a plain ring from the start.
     bool single_issuer = true;
 };

@@ -34,10 +34,8 @@ inline namespace v0 {
 
 namespace detail {
 
-// How long io_uring's requests may be. On a block device under O_DIRECT, a request the block
-// layer would have to split fails io_uring's first, non-blocking try and is issued again from a
-// kernel worker thread, its pages pinned twice. So requests are cut to what the device takes
-// whole (queue_limits), and a cut block keeps its bytes in flight (docs/GUARANTEES.md §5b).
+// How long io_uring's requests may be: on a block device under O_DIRECT, cut to what the device
+// takes whole (why: docs/perf/causes.md, "Cause 5"; the promise: docs/GUARANTEES.md §5b).
 
 /// Pieces a block of registered memory must make, at least, to go out whole at depth 1.
 inline constexpr std::size_t whole_registered_pieces = 4;
@@ -50,12 +48,10 @@ struct request_plan {
     std::size_t registered_whole_from = 0;
 };
 
-/// The plan for a context of `queue_depth` x `block_size` on a file with `limits`, O_DIRECT
-/// alignment `unit` (when `direct`), through a backend that keeps to the limits and holds
-/// `completion_capacity` (>= queue_depth) completions: what a block is cut to unless it stays
-/// whole, and how many requests are in flight at most. At depth 1 a block of registered memory
-/// stays whole from whole_registered_pieces pieces (nothing overlaps the worker's hand-off
-/// there), deeper from two.
+/// What a block of a `queue_depth` x `block_size` context is cut to unless it stays whole, and
+/// how many requests are in flight at most, through a backend holding `completion_capacity`
+/// (>= queue_depth) completions. At depth 1 a block of registered memory stays whole from
+/// whole_registered_pieces pieces (nothing overlaps the worker's hand-off there), deeper from two.
 [[nodiscard]] inline request_plan plan_requests(const queue_limits& limits, bool direct,
                                                 std::size_t unit, std::size_t block_size,
                                                 unsigned queue_depth,
@@ -82,14 +78,11 @@ struct request_plan {
 
 /// io_uring. One ring per instance; not thread-safe (one per thread, like libaio_backend).
 ///
-/// Where the kernel allows, the ring serves one thread (SINGLE_ISSUER | DEFER_TASKRUN): the first
-/// thread that submits becomes its issuer; used later from another thread, or for uncached I/O,
-/// the backend sets up a plain ring in its place, once, with its registrations
-/// (docs/perf/ring_flags.md). A request `submit` accepted is never lost nor submitted twice (the
-/// next `reap` hands over what the kernel did not take). -EINTR and -ECANCELED (an io-wq worker
-/// that could not start) go to the engine, which calls again or resubmits. Pin once: memory
-/// nvmeio allocated is registered with the ring when it moves a second time
-/// (backend/io_uring_registered.hpp); buffers and files can be registered by hand too.
+/// Where the kernel allows, the ring serves one thread (SINGLE_ISSUER | DEFER_TASKRUN), the first
+/// that submits; used later from another thread, or for uncached I/O, the backend sets up a plain
+/// ring in its place, once, with its registrations (docs/perf/ring_flags.md). A request `submit`
+/// accepted is never lost nor submitted twice. -EINTR and -ECANCELED go to the engine, which
+/// calls again or resubmits. Pin once: backend/io_uring_registered.hpp.
 class io_uring_backend {
   public:
     /// The backend's name in reports.
@@ -313,7 +306,6 @@ class io_uring_backend {
     }
 
   private:
-    // Fills `sqe` for `r`, with the registered buffer and file where `r` lies in one.
     void prepare(io_uring_sqe* sqe, const io_request& r) noexcept {
         // An SQE holds a 32-bit length; a shorter transfer is a short result the caller
         // already continues from.

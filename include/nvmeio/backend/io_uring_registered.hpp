@@ -1,10 +1,9 @@
 #pragma once
 /// \file backend/io_uring_registered.hpp
-/// What is registered with an io_uring ring: buffers (the caller's, and nvmeio's own memory that
-/// the ring pins once it moves again: pin once) and files. A request on them goes as
-/// READ_FIXED/WRITE_FIXED or IOSQE_FIXED_FILE: the kernel pinned the pages, or looked the
-/// descriptor up, once instead of per request. Pin once's rules: docs/perf/pin_once.md; what
-/// it promises: docs/GUARANTEES.md.
+/// What is registered with an io_uring ring, so that the kernel pins pages or looks a descriptor
+/// up once instead of per request: buffers (the caller's, and nvmeio's own memory pinned once it
+/// moves again) and files. Pin once's rules: docs/perf/pin_once.md; its promises:
+/// docs/GUARANTEES.md.
 
 #include "nvmeio/backend/io_uring_support.hpp"
 
@@ -274,7 +273,6 @@ class ring_buffers final : public memory_pinner {
         return {const_cast<std::byte*>(owned_[index].data()), owned_[index].size()};
     }
 
-    // The pinning counts of `registration_use`.
     void count(registration_use& use) const {
         const std::lock_guard<std::mutex> lock(mutex_);
         use.pinned = pinned_;

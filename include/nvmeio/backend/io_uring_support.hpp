@@ -1,16 +1,9 @@
 #pragma once
 /// \file backend/io_uring_support.hpp
-/// Whether io_uring can be used: in this build, and by this process on this kernel.
-///
-/// Present when liburing is: the build defines `NVMEIO_HAS_IO_URING` to 1 or 0 (CMake option
-/// `NVMEIO_WITH_IO_URING`); without that definition the header looks for `<liburing.h>`.
-/// `nvmeio::io_uring_available` says at compile time whether `io_uring_backend`
-/// (backend/io_uring.hpp) exists.
-///
-/// A kernel may refuse io_uring at run time (`kernel.io_uring_disabled`, a seccomp filter as
-/// container runtimes install by default, or a kernel built without it). The backend's
-/// constructor then throws `io_error` saying so; `io_uring_supported()` asks the same question
-/// without throwing, so a program can fall back to `libaio_backend` (see docs/PARALLEL.md).
+/// Whether io_uring can be used: in this build (`io_uring_available`; the build defines
+/// `NVMEIO_HAS_IO_URING`, else the header looks for `<liburing.h>`), and by this process on this
+/// kernel (`io_uring_supported()`, so that a program can fall back to `libaio_backend`; see
+/// docs/PARALLEL.md, "When the kernel refuses io_uring").
 
 #ifndef NVMEIO_HAS_IO_URING
 #if __has_include(<liburing.h>)

@@ -10,11 +10,8 @@
 ///    noexcept` — waits for at least `min` completions (or the timeout) and returns how many it
 ///    stored, or `-errno` (`-EINTR` is possible and means "call again");
 ///  - `static constexpr const char* name`;
-///  - optionally, a backend that cuts requests (io_uring on a block device) has
-///    `request_limits limits_for(const file&, std::size_t block_size)`, asked once per transfer,
-///    and `std::size_t request_length(const std::byte* segment, std::size_t segment_length,
-///    std::size_t position, std::size_t length)`, asked once per block that the piece is
-///    shorter than: the block's length (it goes out whole) or the piece.
+///  - optionally, where it cuts requests (io_uring on a block device), `limits_for` and
+///    `request_length` (docs/ARCHITECTURE.md, "The backend contract"; io_uring_backend's).
 /// A backend never retries, never reorders results and never looks at what a result means.
 
 #include <cstddef>

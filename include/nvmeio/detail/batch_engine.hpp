@@ -312,7 +312,6 @@ void run_groups(Context& context, const file& f, operation op,
     }
 }
 
-// The bytes the batch's requests moved.
 inline std::uint64_t bytes_moved(const batch_outcome& outcome) {
     std::uint64_t bytes = 0;
     for (const batch_result& r : outcome.results)

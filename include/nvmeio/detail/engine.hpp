@@ -1,17 +1,10 @@
 #pragma once
 /// \file detail/engine.hpp
-/// The one submit/reap loop every front end runs on. It moves a list of segments (memory, file
-/// offset, length) of one file through a context's backend, keeping the queue full across
-/// segment boundaries, and records a result per segment. A plain transfer is one segment; a batch
-/// or a stripe share is many. The loop is a template of the strategy policy (transfer.hpp:
-/// `sequential` refills after the whole round, `overlapped` after each completion); the policy's
-/// submit mode says how to submit (one request per call, or all ready ones).
-///
-/// Per segment: the aligned prefix (or the whole padded span, see `segment::span`) goes through
-/// the backend in block-size requests; short results are asked again from where they stopped;
-/// an unaligned remainder goes through the file's synchronous path. A failure fails its segment
-/// only: nothing more of it is issued, its requests in flight are waited for, the other segments
-/// go on.
+/// The one submit/reap loop every front end runs on, a template of the strategy policy
+/// (transfer.hpp). It moves a list of segments of one file through a context's backend, keeping
+/// the queue full across segment boundaries, and records a result per segment. A failure fails
+/// its segment only: its requests in flight are waited for, the other segments go on.
+/// Walk-through: docs/ARCHITECTURE.md, "The path of one read".
 
 #include <time.h>
 
@@ -132,7 +125,6 @@ struct cuts_requests<Backend, std::void_t<decltype(std::declval<Backend&>().limi
 template <class Backend>
 class request_cursor {
   public:
-    // The next request: its segment, where it starts in it, its length.
     struct request_range {
         std::size_t segment;
         std::size_t position;
@@ -487,9 +479,8 @@ class engine {
             if (j.purge) drop_failed_pending(sent);
             if (sent >= pending_.size()) break;
             // Block submit is paced: a call holds no more requests than are already in flight
-            // (one to start an idle queue), because the kernel plugs a multi-request io_submit
-            // and dispatches nothing until the call ends; so the device always has work while the
-            // next call is prepared, and a full queue still takes what is ready in one call.
+            // (one to start an idle queue), because the kernel dispatches nothing of a
+            // multi-request call until it ends (docs/perf/causes.md, "Cause 7").
             const std::size_t count =
                 j.one_request_per_call
                     ? 1
@@ -498,7 +489,6 @@ class engine {
             const int rc = j.backend.submit(&pending_[sent], count);
             if (perf != nullptr) submit_samples_.push_back(microseconds(clock::now() - before));
             if (rc > 0) {
-                // A partial submit leaves the rest in pending_ for the next round of this loop.
                 if (perf != nullptr) {
                     for (int i = 0; i < rc; ++i)
                         slots_[pending_[sent + i].user_data].submitted = before;
@@ -521,7 +511,6 @@ class engine {
                     continue;
                 }
             }
-            // Refused: the request's segment fails; the other segments go on.
             const io_request& refused = pending_[sent];
             const auto id = static_cast<unsigned>(refused.user_data);
             fail(slots_[id].segment, {errno_code(rc < 0 ? -rc : EAGAIN),
@@ -531,7 +520,6 @@ class engine {
         pending_.clear();
     }
 
-    // One reap of at least `at_least` completions, each handled; -EINTR is asked again.
     int take(std::size_t at_least) {
         int got;
         do {
@@ -546,10 +534,9 @@ class engine {
         return got;
     }
 
-    // Waits for at least `min` completions (at most one reap's worth) and handles them: where
-    // context_options::spin asks for it and the back-off lets it, it first polls the backend (a
-    // reap of at least 0, which never sleeps) until enough came or the time ran out; then it
-    // sleeps in the backend for the rest.
+    // Waits for at least `min` completions (at most one reap's worth) and handles them; where
+    // context_options::spin and the back-off allow, it polls (reaps of at least 0) before it
+    // sleeps in the backend.
     void reap(std::size_t min) {
         const clock::duration spin = job_->spin;
         min = std::min(min, completions_.size());

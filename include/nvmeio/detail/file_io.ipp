@@ -3,8 +3,7 @@
 /// nvmeio::file's synchronous reads and writes: the plain loops, and the ranges O_DIRECT cannot
 /// take as they are (bounced through whole alignment units, merged with the file's bytes).
 
-// The definitions of members declared in file.hpp, which includes this after the class (this
-// file is not meant to be included on its own).
+// Included by file.hpp after the class; not meant to be included on its own.
 
 namespace nvmeio {
 

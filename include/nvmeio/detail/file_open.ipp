@@ -3,8 +3,7 @@
 /// nvmeio::file's opening: which files it refuses and why, the open itself (O_DIRECT, or why
 /// not), and its size.
 
-// The definitions of members declared in file.hpp, which includes this after the class (this
-// file is not meant to be included on its own).
+// Included by file.hpp after the class; not meant to be included on its own.
 
 namespace nvmeio {
 

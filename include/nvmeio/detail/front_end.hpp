@@ -1,10 +1,8 @@
 #pragma once
 /// \file detail/front_end.hpp
-/// What every front end shares, so that each stands on the engine beside the others: the one
-/// precondition check of a transfer and of a batch, the run of one checked transfer, and the one
-/// splitter that spreads a front end's work over a parallel context's workers and settles what
-/// the pieces did (the first failure in range order, where a read's data ends, the measurements
-/// merged). It knows the contexts only as template parameters.
+/// What every front end shares: the one precondition check of a transfer and of a batch, the run
+/// of one checked transfer, and the one splitter over a parallel context's workers, with the
+/// settling of what the pieces did. It knows the contexts only as template parameters.
 
 #include <algorithm>
 #include <chrono>

@@ -1,10 +1,9 @@
 #pragma once
 /// \file detail/memory_registry.hpp
-/// A record of the memory nvmeio allocated (aligned_buffers), for pinning it once: an io_uring
-/// ring that meets a request into such memory registers it with the kernel
-/// (backend/io_uring_registered.hpp), and before the memory is freed every ring that did so lets go
-/// of it, so a registration never outlives its memory. Memory nvmeio did not allocate is never
-/// here and is never pinned behind the caller's back.
+/// A record of the memory nvmeio allocated (aligned_buffers), for pinning it once
+/// (backend/io_uring_registered.hpp): before the memory is freed every ring that pinned it lets
+/// go, so a registration never outlives its memory. Memory nvmeio did not allocate is never here
+/// and never pinned behind the caller's back.
 ///
 /// One registry per copy of nvmeio: a shared object built with hidden symbols has its own. A
 /// buffer remembers the registry it joined and leaves that one, whichever copy frees it; a ring
@@ -113,10 +112,9 @@ class memory_registry {
 
     // Looks up [address, address + length): when a registered buffer holds it, calls
     // `pin(range, uses)` with the buffer's piece_use records (with the registry's mutex held, so
-    // the buffer cannot be freed meanwhile) and,
-    // when that returns true, records `pinner` as holding the buffer. Returns the buffer's range,
-    // or the gap of addresses around `address` that holds no registered buffer (id 0; empty when
-    // the range straddles a buffer's edge).
+    // the buffer cannot be freed meanwhile) and, when that returns true, records `pinner` as
+    // holding the buffer. Returns the buffer's range, or the gap of addresses around `address`
+    // that holds no registered buffer (id 0; empty when the range straddles a buffer's edge).
     template <class Pin>
     memory_range pin(memory_pinner& pinner, const void* address, std::size_t length, Pin&& pin) {
         const auto begin = reinterpret_cast<std::uintptr_t>(address);
@@ -146,7 +144,6 @@ class memory_registry {
         }
     }
 
-    // How many buffers are recorded now.
     [[nodiscard]] std::size_t size() {
         const std::lock_guard<std::mutex> lock(mutex_);
         return buffers_.size();

@@ -1,12 +1,10 @@
 #pragma once
 /// \file detail/process.hpp
-/// Who may use an object: this process's id without a system call (glibc's getpid() is one), for
-/// objects that belong to the process that created them (after fork a child shares their memory
-/// mappings, a kernel ring among them, but must not use them), and the two cheap checks every
-/// context makes when a transfer starts: that it runs in its creator's process, and that no
-/// other thread is using it. Both are misuse, reported as std::logic_error before anything
-/// touches the queue. The id is cached and refreshed in the child by a pthread_atfork handler; a
-/// child made by raw clone() or vfork() runs no handler.
+/// Who may use an object: the two cheap checks every context makes when a transfer starts, that
+/// it runs in its creator's process (after fork a child shares its rings but must not use them)
+/// and that no other thread is using it; both are misuse, an std::logic_error before anything
+/// touches the queue. The process id is cached (glibc's getpid() is a system call) and refreshed
+/// in a child by a pthread_atfork handler; a child made by raw clone() or vfork() runs none.
 
 #include <pthread.h>
 #include <sys/syscall.h>

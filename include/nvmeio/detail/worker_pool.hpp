@@ -1,8 +1,7 @@
 #pragma once
 /// \file detail/worker_pool.hpp
-/// Threads created once, each owning a context (a basic_aio_context), that run posted jobs in
-/// order. The parallel and asynchronous contexts (parallel_context.hpp, async.hpp) are built on
-/// it.
+/// Threads created once, each owning a basic_aio_context, that run posted jobs in order (under
+/// parallel_context.hpp and async.hpp).
 ///
 /// fork: a child inherits the pool's memory but not its threads. Destroying the pool there must
 /// not join threads that do not exist, lock a mutex one of them may have held, or destroy the

@@ -148,8 +148,8 @@ struct batch_options {
     /// Aligned requests averaging at least this many bytes go member by member without a copy;
     /// smaller ones are coalesced through the bounce arena.
     std::size_t min_direct_size = std::size_t{256} << 10;
-    /// Bytes of bounce arena in flight at once (rounded up to hold the largest bounced group,
-    /// never more than the batch bounces); more bounced bytes than this move in successive waves.
+    /// Bytes of bounce arena in flight at once (never more than the batch bounces); more bounced
+    /// bytes than this, one long group's included, move in successive waves.
     /// The arena stays with the context (each worker's, for a parallel one) for its next batch,
     /// so it is allocated and pinned once, unless it grew past this size.
     std::size_t bounce_size = std::size_t{64} << 20;

@@ -383,13 +383,17 @@ BOOST_AUTO_TEST_CASE(bounced_bytes_beyond_the_arena_move_in_waves) {
         BOOST_TEST_CONTEXT("ragged=" << ragged) {
             temp_path path("batch_waves");
             layout l = make_layout(120, ragged ? 7 : 8, ragged);
-            // Ragged requests join into one run of about 5 MiB (no aligned offset to cut it
+            // Ragged requests join into one run of about 2.5 MiB (no aligned offset to cut it
             // at), which goes through the arena in chunks: the bound holds for it too.
             const std::size_t arena_bound = options.bounce_size;
             // What the backend saw of one batch: every byte bounced, through waves that kept
             // the arena's bound and never overlapped.
             const auto check_waves = [&](const batch_outcome& outcome) {
                 BOOST_TEST(outcome.bounced_bytes == l.file_bytes.size());
+                if (ragged) {  // one I/O, longer than the arena
+                    BOOST_TEST(outcome.ios == 1u);
+                    BOOST_TEST(l.file_bytes.size() > 4 * options.bounce_size);
+                }
                 BOOST_TEST(recording_backend::bounced_bytes >= l.file_bytes.size());
                 BOOST_TEST(recording_backend::most_bounced_in_flight > 0u);
                 BOOST_TEST(recording_backend::most_bounced_in_flight <= arena_bound);
@@ -414,6 +418,25 @@ BOOST_AUTO_TEST_CASE(bounced_bytes_beyond_the_arena_move_in_waves) {
                 BOOST_TEST((targets[i] == expected[i]), "request " << i);
         }
     }
+}
+
+// A context keeps its arena for the next batch. One that a small batch left small must still
+// grow for a later, larger one, not cap each wave at what it holds: 256 bounced 4 KiB requests
+// after a one-request batch still fill the queue.
+BOOST_AUTO_TEST_CASE(arena_left_small_by_one_batch_grows_for_the_next) {
+    basic_aio_context<recording_backend> context({32, block});
+    temp_path path("batch_small_arena");
+    constexpr std::size_t count = 256, size = 4096;
+    std::vector<unsigned char> memory(count * (size + 1) + 1, 7);
+    std::vector<batch_request> requests;
+    for (std::size_t i = 0; i < count; ++i)  // odd addresses: bounced; gaps: one group each
+        requests.push_back({memory.data() + 1 + i * (size + 1), size, i * 2 * size});
+    file out(path.str(), open_mode::write);
+    (void)write_batch(context, out, {requests.front()});
+    recording_backend::watch(requests);
+    const batch_outcome outcome = write_batch(context, out, requests);
+    BOOST_TEST(outcome.ios == count);
+    BOOST_TEST(recording_backend::most_bounced_in_flight >= 16 * size);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(aligned_scattered_buffers_go_member_by_member_without_copies,

@@ -190,7 +190,8 @@ void run_groups(Context& context, const file& f, operation op,
     };
     // A bounced group goes in chunks of at most this many bytes (whole slots, so that every
     // chunk but the last starts and ends on the alignment), so the arena never outgrows
-    // `bounce_size` and a large tensor's copy and I/O alternate in waves like many small ones.
+    // `bounce_size` (or one slot, if that is smaller) and a large tensor's copy and I/O
+    // alternate in waves like many small ones.
     const std::size_t chunk =
         std::max(slot_of(1), static_cast<std::size_t>(align_down(options.bounce_size, slot_of(1))));
     // The arena bytes of a zero-copy group: its last partial unit (the only unaligned end such a
@@ -212,16 +213,20 @@ void run_groups(Context& context, const file& f, operation op,
     aligned_buffer& arena = loan.arena;
     if (arena.alignment() < arena_alignment) arena = aligned_buffer();
     std::size_t part = 0;  // bytes of group `which[k]` that earlier waves moved
+    // Group `which[k]`'s first member not wholly in a segment yet, and where it starts.
+    std::size_t member = 0, member_at = 0;
     for (std::size_t k = 0; k < which.size();) {
         batch_wave w;
         std::size_t arena_used = 0;
         // Room for `need` more arena bytes in this wave; false when the wave is full.
+        // The arena grows between waves only, to what is left to bounce (up to bounce_size): one
+        // a smaller batch left behind must not cap this one's waves.
         auto reserve = [&](std::size_t need) {
-            if (arena_used != 0 && arena_used + need > options.bounce_size) return false;
-            if (arena.capacity() < arena_used + need) {
-                if (arena_used != 0) return false;  // the arena grows between waves only
-                arena = aligned_buffer(std::max(need, std::min(options.bounce_size, remaining)),
-                                       arena_alignment);
+            if (arena_used == 0) {
+                const std::size_t want = std::max(need, std::min(options.bounce_size, remaining));
+                if (arena.capacity() < want) arena = aligned_buffer(want, arena_alignment);
+            } else if (arena_used + need > std::min(options.bounce_size, arena.capacity())) {
+                return false;
             }
             remaining = remaining > need ? remaining - need : 0;
             return true;
@@ -236,17 +241,21 @@ void run_groups(Context& context, const file& f, operation op,
                 tally.bounced_bytes += to - from;
             }
             w.segments.push_back({memory, g.offset + from, to - from, span, 0, {}});
-            std::size_t at = 0;
-            for (std::size_t index : g.members) {
-                const std::size_t begin = std::max(at, from);
-                const std::size_t end = std::min(at + requests[index].length, to);
-                if (begin < end) w.pieces.push_back({index, begin - from, begin - at, end - begin});
-                at += requests[index].length;
+            // Segments of a group come in file order: the member scan goes on where it stopped.
+            for (; member < g.members.size() && member_at < to; ++member) {
+                const std::size_t index = g.members[member];
+                const std::size_t begin = std::max(member_at, from);
+                const std::size_t end = std::min(member_at + requests[index].length, to);
+                if (begin < end)
+                    w.pieces.push_back({index, begin - from, begin - member_at, end - begin});
+                if (member_at + requests[index].length > to) break;  // it goes on in the next
+                member_at += requests[index].length;
             }
             w.first_piece.push_back(w.pieces.size());
         };
         for (; k < which.size(); ++k) {
             const batch_group& g = groups[which[k]];
+            if (part == 0) member = member_at = 0;
             if (!direct[k]) {
                 while (part < g.length) {
                     const std::size_t to = part + std::min(chunk, g.length - part);

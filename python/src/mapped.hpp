@@ -3,8 +3,9 @@
 /// Whether a call may use a tensor's memory: a read needs to write it, a write to read it. A
 /// copy through the bounce arena touches the memory in this process, where memory it may not
 /// use is a crash rather than the kernel's EFAULT, so such memory is refused before any byte
-/// moves. Memory from torch's CPU allocator, pinned memory and nvmeio's own are usable; any
-/// other (a NumPy array, a tensor over an mmap) is looked up in /proc/self/maps.
+/// moves. Memory that torch's allocators (CPU, pinned) or nvmeio gave out is usable; any other (a
+/// NumPy array, a tensor over an mmap) is looked up in /proc/self/maps, without the GIL. The
+/// check is made when the call starts: memory made unusable after that is not seen.
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -13,13 +14,14 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <nvmeio/transfer.hpp>
 
-#include <c10/core/CPUAllocator.h>
+#include <pybind11/pybind11.h>
 #include <torch/types.h>
 
 #include "pinned.hpp"
@@ -37,23 +39,28 @@ inline std::vector<mapping> read_mappings() {
     std::string text;
     const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return {};
-    char chunk[1 << 16];
+    std::vector<char> chunk(1 << 16);
     for (;;) {
-        const ssize_t got = ::read(fd, chunk, sizeof chunk);
+        const ssize_t got = ::read(fd, chunk.data(), chunk.size());
         if (got < 0 && errno == EINTR) continue;
+        if (got < 0) text.clear();  // cut short: check nothing rather than part of the map
         if (got <= 0) break;
-        text.append(chunk, static_cast<std::size_t>(got));
+        text.append(chunk.data(), static_cast<std::size_t>(got));
     }
     ::close(fd);
     std::vector<mapping> mappings;
-    const char* p = text.c_str();
-    while (*p != '\0') {  // each line: "start-end rwxp ..."
+    std::size_t line = 0;
+    while (line < text.size()) {  // each line: "start-end rwxp ..."
+        std::size_t next = text.find('\n', line);
+        if (next == std::string::npos) next = text.size();
+        const std::string fields = text.substr(line, std::min<std::size_t>(next - line, 64));
+        line = next + 1;
         char* after = nullptr;
-        const std::uintptr_t start = std::strtoull(p, &after, 16);
+        const std::uintptr_t start = std::strtoull(fields.c_str(), &after, 16);
+        if (*after != '-') continue;
         const std::uintptr_t end = std::strtoull(after + 1, &after, 16);
+        if (std::strlen(after) < 3 || after[0] != ' ') continue;
         mappings.push_back({start, end, after[1] == 'r', after[2] == 'w'});
-        while (*p != '\0' && *p++ != '\n') {
-        }
     }
     return mappings;
 }
@@ -61,6 +68,7 @@ inline std::vector<mapping> read_mappings() {
 // True when [address, address + length) lies in mappings that allow the access.
 inline bool usable(const std::vector<mapping>& mappings, std::uintptr_t address, std::size_t length,
                    bool write) {
+    if (length > UINTPTR_MAX - address) return false;
     const std::uintptr_t end = address + length;
     auto m = std::upper_bound(mappings.begin(), mappings.end(), address,
                               [](std::uintptr_t a, const mapping& x) { return a < x.end; });
@@ -80,18 +88,16 @@ inline bool usable(const std::vector<mapping>& mappings, std::uintptr_t address,
 template <class Name>
 void check_memory(nvmeio::operation op, const std::vector<torch::Tensor>& tensors,
                   const std::vector<nvmeio::batch_request>& pieces, const char* method, Name name) {
-    const c10::DeleterFnPtr torch_memory[] = {c10::GetCPUAllocator()->raw_deleter(),
-                                              c10::GetDefaultCPUAllocator()->raw_deleter()};
     std::vector<detail::mapping> mappings;
     for (std::size_t i = 0; i < pieces.size(); ++i) {
         const torch::Tensor& t = tensors[i];
-        if (pieces[i].length == 0 || owned_by_nvmeio(t) || t.is_pinned()) continue;
-        const c10::DeleterFnPtr deleter = t.storage().data_ptr().get_deleter();
-        if (deleter != nullptr && std::find(std::begin(torch_memory), std::end(torch_memory),
-                                            deleter) != std::end(torch_memory)) {
+        // A storage with an allocator is one of torch's: its memory is read-write.
+        if (pieces[i].length == 0 || owned_by_nvmeio(t) || t.storage().allocator() != nullptr)
             continue;
+        if (mappings.empty()) {
+            pybind11::gil_scoped_release unlocked;
+            mappings = detail::read_mappings();
         }
-        if (mappings.empty()) mappings = detail::read_mappings();
         if (mappings.empty()) return;  // no /proc: the copy is left to fail as it will
         const bool write = op == nvmeio::operation::read;
         if (!detail::usable(mappings, reinterpret_cast<std::uintptr_t>(pieces[i].buffer),

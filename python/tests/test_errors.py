@@ -3,6 +3,7 @@
 import errno
 import os
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -213,7 +214,7 @@ def test_memory_a_call_cannot_use_raises_value_error_before_any_byte_moves(workd
     path = os.path.join(workdir, "f.bin")
     data = random_bytes(8192, seed=4)
     write_file(path, data)
-    done = subprocess.run(["/usr/bin/python3", "-c", MEMORY_CHILD, path, backend],
+    done = subprocess.run([sys.executable, "-c", MEMORY_CHILD, path, backend],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr + done.stdout
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())

@@ -11,6 +11,7 @@
 /// at once). What `free` does is disown the tensor: the registry forgets it, and it says whether
 /// the tensor was one it handed out.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -115,7 +116,10 @@ class pinned_registry {
                           std::to_string(item) + " bytes do not fit in memory");
         }
         const std::size_t bytes = static_cast<std::size_t>(count) * item;
-        std::shared_ptr<nvmeio::aligned_buffer> memory = page_aligned(bytes, true);
+        // At least one byte, so that every tensor, an empty one too, has an address of its own
+        // in the registry.
+        std::shared_ptr<nvmeio::aligned_buffer> memory =
+            page_aligned(std::max<std::size_t>(bytes, 1), true);
         {
             std::lock_guard<std::mutex> lock(state_->mutex);
             state_->live[memory->data()] = bytes;

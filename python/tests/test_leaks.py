@@ -116,3 +116,13 @@ def test_a_locked_tensor_outlives_its_handle():
     del h
     t.fill_(3)
     assert int(t.sum()) == 3000
+
+
+def test_empty_locked_tensors_are_each_their_own():
+    h = nvmeio_torch.aio_handle()
+    live = h._locked_tensors()
+    empty = [h.new_cpu_locked_tensor(0, torch.empty(0, dtype=torch.float32)) for _ in range(3)]
+    assert all(t.numel() == 0 for t in empty)
+    assert h._locked_tensors() == live + 3
+    assert [h.free_cpu_locked_tensor(t) for t in empty] == [True, True, True]
+    assert h._locked_tensors() == live

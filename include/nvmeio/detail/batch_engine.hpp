@@ -218,9 +218,9 @@ void run_groups(Context& context, const file& f, operation op,
     for (std::size_t k = 0; k < which.size();) {
         batch_wave w;
         std::size_t arena_used = 0;
-        // Room for `need` more arena bytes in this wave; false when the wave is full.
-        // The arena grows between waves only, to what is left to bounce (up to bounce_size): one
-        // a smaller batch left behind must not cap this one's waves.
+        // Room for `need` more arena bytes in this wave (false: the wave is full). The arena grows
+        // at a wave's start only, to what is left to bounce (up to bounce_size), so that one a
+        // smaller batch left behind does not cap this batch's waves.
         auto reserve = [&](std::size_t need) {
             if (arena_used == 0) {
                 const std::size_t want = std::max(need, std::min(options.bounce_size, remaining));

@@ -36,38 +36,35 @@ namespace nvmeio_torch {
 /// Fresh page-aligned memory of `bytes` bytes; locked where `lock` asks and the kernel allows
 /// (RLIMIT_MEMLOCK): where it refuses, the memory is still page-aligned, which is all O_DIRECT
 /// needs to move it without a copy.
-inline std::shared_ptr<nvmeio::aligned_buffer> page_aligned(std::size_t bytes, bool lock) {
-    auto memory = std::make_shared<nvmeio::aligned_buffer>();
+inline nvmeio::aligned_buffer page_aligned(std::size_t bytes, bool lock) {
     if (lock) {
         try {
-            *memory = nvmeio::aligned_buffer(bytes, 4096, {false, false, true});
-            return memory;
+            return nvmeio::aligned_buffer(bytes, 4096, {false, false, true});
         } catch (const nvmeio::io_error&) {  // mlock refused
         }
     }
-    *memory = nvmeio::aligned_buffer(bytes, 4096);
-    return memory;
+    return nvmeio::aligned_buffer(bytes, 4096);
 }
 
 namespace detail {
 // What a tensor over nvmeio's memory owns, and what runs when the last tensor viewing it goes.
 struct owned_memory {
-    std::shared_ptr<nvmeio::aligned_buffer> memory;
+    nvmeio::aligned_buffer memory;
     std::function<void(void*)> on_free;
 };
 
 inline void free_owned(void* context) {
     std::unique_ptr<owned_memory> owned(static_cast<owned_memory*>(context));
-    if (owned->on_free) owned->on_free(owned->memory->data());
+    if (owned->on_free) owned->on_free(owned->memory.data());
 }
 }  // namespace detail
 
 /// A tensor of `count` elements of `type` over `memory`, which it owns: `on_free` (if any) runs
 /// with the memory's address when the last tensor viewing it goes, then the memory is freed.
-inline torch::Tensor tensor_over(std::shared_ptr<nvmeio::aligned_buffer> memory, std::int64_t count,
+inline torch::Tensor tensor_over(nvmeio::aligned_buffer memory, std::int64_t count,
                                  c10::ScalarType type, std::function<void(void*)> on_free = {}) {
-    void* data = memory->data();
-    const std::size_t bytes = memory->size();
+    void* data = memory.data();
+    const std::size_t bytes = memory.size();
     auto owned = std::make_unique<detail::owned_memory>(
         detail::owned_memory{std::move(memory), std::move(on_free)});
     c10::DataPtr pointer(data, owned.get(), &detail::free_owned, c10::Device(c10::kCPU));
@@ -118,11 +115,10 @@ class pinned_registry {
         const std::size_t bytes = static_cast<std::size_t>(count) * item;
         // At least one byte, so that every tensor, an empty one too, has an address of its own
         // in the registry.
-        std::shared_ptr<nvmeio::aligned_buffer> memory =
-            page_aligned(std::max<std::size_t>(bytes, 1), true);
+        nvmeio::aligned_buffer memory = page_aligned(std::max<std::size_t>(bytes, 1), true);
         {
             std::lock_guard<std::mutex> lock(state_->mutex);
-            state_->live[memory->data()] = bytes;
+            state_->live[memory.data()] = bytes;
         }
         // The deleter may run on any thread; it touches only the registry and the memory.
         std::shared_ptr<shared_state> state = state_;

@@ -34,7 +34,7 @@ struct route<basic_parallel_context<Backend>, file> : file_route {
                                operation op, mutable_memory memory, std::size_t length,
                                std::uint64_t offset, const Config& config, io_failure& failure) {
         failure = {};
-        check_transfer(f, op, memory.data(), length, offset, context.block_size(), memory.size());
+        check_transfer(f, op, memory.data(), length, offset, context.block_size());
         const auto start = std::chrono::steady_clock::now();
         // Pieces start at multiples of `cut` in the file: the O_DIRECT unit, or on an uncached file
         // a page (a page two pieces shared would stay cached).

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <system_error>
 #include <type_traits>
 
@@ -101,7 +102,7 @@ struct route<basic_aio_context<Backend>, file> : file_route {
     static transfer_result run(basic_aio_context<Backend>& context, const file& f, operation op,
                                mutable_memory memory, std::size_t length, std::uint64_t offset,
                                const Config& config, io_failure& failure) {
-        check_transfer(f, op, memory.data(), length, offset, context.block_size(), memory.size());
+        check_transfer(f, op, memory.data(), length, offset, context.block_size());
         return run_transfer(context, f, op, memory.data(), length, offset, config, failure);
     }
 };
@@ -114,6 +115,19 @@ using settings_of = typename route_for<Context, Target>::settings;
 template <class Context, class Target, class Settings>
 using if_route = std::enable_if_t<route_for<Context, Target>::template takes<Settings>, int>;
 
+// The check every route shares: a length past the end of memory whose size is known is refused
+// before anything moves.
+template <class Target>
+void check_holds(const Target& target, operation op, const mutable_memory& memory,
+                 std::size_t length, std::uint64_t offset) {
+    if (length <= memory.size()) return;
+    std::string where = " of the stripe set";
+    if constexpr (std::is_same_v<Target, file>) where = " in '" + target.path() + "'";
+    throw_invalid(std::string(to_string(op)) + " of " + std::to_string(length) +
+                  " bytes at offset " + std::to_string(offset) + where +
+                  ": the buffer holds only " + std::to_string(memory.size()) + " bytes");
+}
+
 }  // namespace detail
 
 /// Moves `length` bytes between `memory` and `offset` of `target` through `context`; throws
@@ -124,6 +138,7 @@ template <class Context, class Target, class Settings = detail::settings_of<Cont
 [[nodiscard]] transfer_result transfer(Context& context, const Target& target, operation op,
                                        mutable_memory memory, std::size_t length,
                                        std::uint64_t offset, const Settings& settings = {}) {
+    detail::check_holds(target, op, memory, length, offset);
     return detail::or_throw([&](io_failure& failure) {
         return detail::route_for<Context, Target>::run(context, target, op, memory, length, offset,
                                                        settings, failure);
@@ -137,6 +152,7 @@ template <class Context, class Target, class Settings = detail::settings_of<Cont
                                        mutable_memory memory, std::size_t length,
                                        std::uint64_t offset, const Settings& settings,
                                        std::error_code& ec) {
+    detail::check_holds(target, op, memory, length, offset);
     return detail::or_report(ec, [&](io_failure& failure) {
         return detail::route_for<Context, Target>::run(context, target, op, memory, length, offset,
                                                        settings, failure);

@@ -126,11 +126,6 @@ struct route<basic_parallel_context<Backend>, stripe_set> {
                           ": the stripe set holds no files (it was moved from)");
         }
         if (length == 0) return result;
-        if (length > memory.size()) {
-            throw_invalid("striped " + std::string(to_string(op)) + " of " +
-                          std::to_string(length) + " bytes at offset " + std::to_string(offset) +
-                          ": the buffer holds only " + std::to_string(memory.size()) + " bytes");
-        }
         if (memory.data() == nullptr) throw_invalid("striped transfer: the buffer is null");
         if (offset > std::numeric_limits<std::uint64_t>::max() - length) {
             throw_invalid("striped " + std::string(to_string(op)) + " of " +

@@ -26,19 +26,14 @@ namespace nvmeio {
 inline namespace v0 {
 namespace detail {
 
-// Why a transfer may not proceed, or an empty string (no allocation) when it may. `buffer_size`
-// is what the memory holds where that is known (an aligned_buffer's size), so that a length past
-// its end is refused before anything touches it.
+// Why a transfer may not proceed, or an empty string (no allocation) when it may.
 inline std::string transfer_problem(const file& f, operation op, const void* buffer,
                                     std::size_t length, std::uint64_t offset,
-                                    std::size_t block_size, std::size_t buffer_size) {
+                                    std::size_t block_size) {
     const auto what = [&] {  // built only for a message
         return std::string(to_string(op)) + " of " + std::to_string(length) + " bytes at offset " +
                std::to_string(offset) + " in '" + f.path() + "': ";
     };
-    if (length > buffer_size) {
-        return what() + "the buffer holds only " + std::to_string(buffer_size) + " bytes";
-    }
     if (!f.is_open()) return what() + "the file is not open";
     if (op == operation::write && f.mode() == open_mode::read) {
         return what() + "the file was opened with open_mode::read";
@@ -73,9 +68,8 @@ inline std::string transfer_problem(const file& f, operation op, const void* buf
 
 // The one precondition check of every transfer front end (the O_DIRECT rules of strategy.hpp).
 inline void check_transfer(const file& f, operation op, const void* buffer, std::size_t length,
-                           std::uint64_t offset, std::size_t block_size,
-                           std::size_t buffer_size = std::numeric_limits<std::size_t>::max()) {
-    std::string problem = transfer_problem(f, op, buffer, length, offset, block_size, buffer_size);
+                           std::uint64_t offset, std::size_t block_size) {
+    std::string problem = transfer_problem(f, op, buffer, length, offset, block_size);
     if (!problem.empty()) throw_invalid(problem);
 }
 

@@ -93,7 +93,7 @@ struct file_route {
     using settings = transfer_config;
     template <class Settings>
     static constexpr bool takes =
-        is_transfer_config<Settings> || std::is_base_of_v<transfer_config, Settings>;
+        is_policy<Settings> || std::is_base_of_v<transfer_config, Settings>;
 };
 
 template <class Backend>

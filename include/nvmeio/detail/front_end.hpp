@@ -101,11 +101,9 @@ inline void check_batch(const file& f, operation op, const std::vector<batch_req
     }
 }
 
-/// Whether `Config` says how a transfer runs: a strategy policy, or the run-time transfer_config.
-template <class Config>
-inline constexpr bool is_transfer_config =
-    std::is_same_v<Config, transfer_config> || std::is_same_v<Config, sequential> ||
-    std::is_same_v<Config, overlapped>;
+/// Whether `T` is a strategy policy type.
+template <class T>
+inline constexpr bool is_policy = std::is_same_v<T, sequential> || std::is_same_v<T, overlapped>;
 
 // Calls `run(policy)` with the policy of `config`: a run-time strategy picks one of the engine's
 // loops here, once per transfer (or batch); a policy is passed on as it is.
@@ -115,9 +113,7 @@ decltype(auto) with_policy(const transfer_config& config, Run&& run) {
         return run(sequential{config.submit, config.measure});
     return run(overlapped{config.submit, config.measure});
 }
-template <class Policy, class Run,
-          std::enable_if_t<std::is_same_v<Policy, sequential> || std::is_same_v<Policy, overlapped>,
-                           int> = 0>
+template <class Policy, class Run, std::enable_if_t<is_policy<Policy>, int> = 0>
 decltype(auto) with_policy(const Policy& policy, Run&& run) {
     return run(policy);
 }

@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -244,7 +245,7 @@ _, status = os.waitpid(pid, 0)
 print("child", os.waitstatus_to_exitcode(status))
 print("parent", h.wait())
 """
-    out = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=os.environ, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "child 7" in out.stdout and "parent 0" in out.stdout

@@ -138,7 +138,7 @@ except OSError as e:
     print("errno", e.errno, e.filename == {path!r}, "offset" in str(e))
 print("wait", h.wait())
 """
-    out = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=os.environ, timeout=120)
     assert out.returncode == 0, out.stderr
     assert f"errno {errno.EFBIG} True True" in out.stdout

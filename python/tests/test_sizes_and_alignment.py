@@ -1,7 +1,8 @@
 """Any size, any offset, buffers aligned only to 1 KiB or not at all: exact bytes, both backends."""
 
+import ctypes
+import mmap
 import os
-import subprocess
 
 import pytest
 import torch
@@ -76,11 +77,32 @@ def kernel_has_uncached_io(path):
         os.close(fd)
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_long)
+_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
+
+
 def cached_bytes(path):
-    """What the page cache holds of `path`, from util-linux's fincore."""
-    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
-                         check=True, capture_output=True, text=True).stdout
-    return int(out.strip())
+    """What the page cache holds of `path` (as fincore counts it: resident pages x page size),
+    from mincore(2) over a mapping of the file, which faults nothing in."""
+    size, page = os.path.getsize(path), mmap.PAGESIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address is None or address == ctypes.c_void_p(-1).value:
+            raise OSError(ctypes.get_errno(), "mmap", path)
+        try:
+            pages = ctypes.create_string_buffer((size + page - 1) // page)
+            if _libc.mincore(address, size, pages) != 0:
+                raise OSError(ctypes.get_errno(), "mincore", path)
+            return sum(b & 1 for b in pages.raw) * page
+        finally:
+            _libc.munmap(address, size)
+    finally:
+        os.close(fd)
 
 
 def test_an_offset_off_the_alignment_leaves_nothing_in_the_page_cache(workdir, backend):

@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Loading a sharded safetensors model: nvmeio_torch.safetensors.load_files against what users
-run now, written here from the format (the package is not installed): an mmap-based loader (the
-package's default: map each shard, copy each tensor out) and parallel buffered pread into
-per-tensor buffers (its pread backend: min(CPUs, 8) threads, one pread per tensor, the GIL
-released), and fio reading the same bytes with O_DIRECT; plus stream() under a cap and uncapped,
-and (method fresh_memory, no I/O) what bringing fresh memory of the model's size into use costs.
+run now, written here from the format: an mmap-based loader (the package's classic default: map
+each shard, copy each tensor out) and parallel buffered pread into per-tensor buffers (its pread
+backend: min(CPUs, 8) threads, one pread per tensor, the GIL released); where the package is
+installed, methods package (its load_file) and package_pread (load_file(backend="pread"), in
+versions that have it); nvmeio_wN (load_files on a handle of N workers); fio reading the same
+bytes with O_DIRECT; stream() under a cap and uncapped; and (method fresh_memory, no I/O) what
+bringing fresh memory of the model's size into use costs.
 
 Each run is a fresh process with the page cache dropped before it; methods in an order shuffled
-per round; medians of the load's wall time (imports and process start left out) and per-round
-ratios. Every method's tensors are checked against the others' (a digest of each tensor's first
-and last 4 KiB), and each run's peak resident memory is taken against the bytes it loaded.
+per round; medians of the load's wall time (imports and process start left out; a byte of every
+page of every tensor read inside it, so that a loader returning tensors over a mapping pays for
+the reads it put off) and per-round ratios. Every method's tensors are checked against the
+others' (a digest of each tensor's first and last 4 KiB), and each run's peak resident memory is
+taken against the bytes it loaded.
 
     bench/safetensors_compare.py --folder DIR [--size 2.25G] [--shards 4] [--rounds 5]
         [--build build-st] [--cap 256M] [--json out.json]
@@ -115,10 +119,21 @@ before = rss("VmRSS:")
 start = time.perf_counter()
 if method == "nvmeio":
     tensors = st.load_files(index)
+elif method.startswith("nvmeio_w"):  # nvmeio_wN: a handle of N workers instead of the default
+    from nvmeio_torch._files import make_handle
+    tensors = st.load_files(index, handle=make_handle(intra_op_parallelism=int(method[8:])))
 elif method == "mmap":
     tensors = load_mmap(paths)
 elif method == "pread":
     tensors = load_pread(paths)
+elif method.startswith("package"):
+    # The safetensors package itself, where installed: its load_file per shard (its default,
+    # or its pread backend for package_pread).
+    from safetensors.torch import load_file
+    kwargs = {"backend": "pread"} if method == "package_pread" else {}
+    tensors = {}
+    for path in paths:
+        tensors.update(load_file(path, **kwargs))
 elif method == "fresh_memory":
     # No I/O: what a load pays to bring fresh memory of the model's size into use (the kernel
     # faults in and zeroes every page), which fio, reusing its buffers, never pays.
@@ -133,6 +148,12 @@ else:  # stream, keeping a digest as it goes, not the tensors
         total += t.numel() * t.element_size()
         tensors[name] = torch.cat([t.reshape(-1).view(torch.uint8)[:4096], t.reshape(-1).view(torch.uint8)[-4096:]])
         del t
+if not method.startswith("stream"):
+    # Every page of every tensor read inside the clock: a loader that maps the file and returns
+    # tensors over the mapping (the package's since 0.6) pays here for the reads it put off.
+    for t in tensors.values():
+        if t.numel():
+            t.reshape(-1).view(torch.uint8)[::4096].sum()
 seconds = time.perf_counter() - start
 grown = rss("VmHWM:") - before
 if method.startswith("stream"):
@@ -267,7 +288,8 @@ def main():
               for m in args.methods}
     print(("page cache dropped before every run" if cold else
            "WARNING: page cache NOT dropped: these are not cold reads"))
-    refs = [m for m in ("mmap", "pread", "fio", "stream_uncapped", "nvmeio") if m in args.methods]
+    refs = [m for m in ("mmap", "pread", "package", "package_pread", "fio", "stream_uncapped",
+                        "nvmeio") if m in args.methods]
     print(f"{'method':16}{'GiB/s':>8}{'s':>8}{'RSS/bytes':>10}" + "".join(f"{'/' + m:>17}" for m in refs))
     for m in args.methods:
         seconds = statistics.median(r["seconds"] for r in runs if r["method"] == m)

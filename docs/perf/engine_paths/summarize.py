@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Per point: the medians of the old and new builds' rates and CPU per GiB over the repeats,
 and the median, min and max of the per-repeat ratios new/old (each repeat ran old and new
-back to back). Reads run.sh's output (RUNS.jsonl) or the CSV written with --csv.
-Usage: summarize.py RUNS.jsonl... | runs.csv [--csv OUT.csv]"""
+back to back). Reads run.sh's output (RUNS.jsonl) or the CSV written with --csv; --round R takes
+only that round's rows of a CSV (runs.csv: 1 is the 2-core VM, 16core the lent 16-core machine).
+Usage: summarize.py RUNS.jsonl... | runs.csv [--round R] [--csv OUT.csv]"""
 import json
 import statistics
 import sys
 
 rows = []  # (round, repeat, build, backend, op, block, depth, GB/s, CPU s/GiB)
 args = sys.argv[1:]
-csv_out = None
+csv_out = only_round = None
+if "--round" in args:
+    only_round = args.pop(args.index("--round") + 1)
+    args.remove("--round")
 if "--csv" in args:
     csv_out = args[args.index("--csv") + 1]
     args = args[:args.index("--csv")]
@@ -18,6 +22,8 @@ for path in args:
     if path.endswith(".csv"):
         for line in text.splitlines()[1:]:
             f = line.split(",")
+            if only_round is not None and f[0] != only_round:
+                continue
             rows.append((f[0], int(f[1]), f[2], f[3], f[4], f[5], int(f[6]), float(f[7]), float(f[8])))
         continue
     decoder, at = json.JSONDecoder(), 0

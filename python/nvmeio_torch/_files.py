@@ -5,10 +5,13 @@ import contextlib
 import os
 import secrets
 import stat
+import threading
 
 from . import _C
 
 ALIGN = 4096  # the file offsets and memory the jobs align to: O_DIRECT on any common device
+POPULATE_CHUNK = 8 << 20  # what one populate call brings into use
+POPULATE_MIN = 4 * POPULATE_CHUNK  # below this, helper threads cost more than they save
 
 
 def align_up(n, align=ALIGN):
@@ -82,3 +85,39 @@ def make_handle(block_size=1 << 20, queue_depth=32, intra_op_parallelism=None, b
         except OSError:  # built in, but refused here (io_uring_disabled, a seccomp filter)
             pass
     return _C.aio_handle(backend=backend or "libaio", **settings)
+
+
+def populate(arenas):
+    """Starts bringing fresh arenas (from ``_C.aligned_tensor``) into use from helper threads,
+    ahead of the reads into them; returns a function that waits for the helpers.
+
+    A read into fresh memory makes the kernel fault in and zero each page as the read pins it,
+    one thread per read; the helpers (as many as the CPUs, at most 8) do it in parallel, in
+    8 MiB chunks taken across the arenas from their starts, the order the reads go in, without
+    changing any byte (``_C.populate``). Reads that catch up with them fault the rest as before.
+    Where the kernel cannot (before Linux 5.14) the helpers stop at their first chunk."""
+    sizes = [(a, a.numel()) for a in arenas if a is not None]
+    if sum(n for _, n in sizes) < POPULATE_MIN:
+        return lambda: None
+    chunks = iter([(a, at, min(POPULATE_CHUNK, n - at))
+                   for at in range(0, max(n for _, n in sizes), POPULATE_CHUNK)
+                   for a, n in sizes if at < n])
+    taking = threading.Lock()
+    stop = threading.Event()
+
+    def helper():
+        while not stop.is_set():
+            with taking:
+                chunk = next(chunks, None)
+            if chunk is None or not _C.populate(*chunk):
+                stop.set()
+
+    helpers = [threading.Thread(target=helper, name="nvmeio-populate", daemon=True)
+               for _ in range(max(1, min(8, os.cpu_count() or 1)))]
+    for h in helpers:
+        h.start()
+
+    def wait():
+        for h in helpers:
+            h.join()
+    return wait

@@ -35,7 +35,7 @@ import torch
 
 from . import _C
 from ._files import ALIGN as _ALIGN, align_down as _align_down, align_up as _align_up, \
-    atomic_file, make_handle
+    atomic_file, make_handle, populate
 
 __all__ = ["SafetensorError", "load_file", "load_files", "safe_open", "save_file", "stream"]
 
@@ -363,26 +363,32 @@ def _load(headers, device, handle):
             _torch_dtype(header, entry)
     handle = handle if handle is not None else make_handle()
     arenas = []
+    for header in headers:
+        if header.file_size == header.data_start:
+            arenas.append((None, 0))
+            continue
+        start, stop = _span(header, header.data_start, header.file_size)
+        arenas.append((_C.aligned_tensor(stop - start), start))
+    populated = populate([arena for arena, _ in arenas])
     pending = False
     try:
-        for header in headers:
-            if header.file_size == header.data_start:
-                arenas.append((None, 0))
-                continue
-            start, stop = _span(header, header.data_start, header.file_size)
-            arena = _C.aligned_tensor(stop - start)
-            handle.async_pread_batch([arena], header.path, [start])
-            pending = True
-            arenas.append((arena, start))
+        for header, (arena, start) in zip(headers, arenas):
+            if arena is not None:
+                handle.async_pread_batch([arena], header.path, [start])
+                pending = True
     except BaseException:
         if pending:  # leave the caller's handle with nothing pending
             try:
                 handle.wait()
             except OSError:
                 pass
+        populated()
         raise
-    if pending:
-        handle.wait()
+    try:
+        if pending:
+            handle.wait()
+    finally:
+        populated()
     tensors = {}
     for header, (arena, start) in zip(headers, arenas):
         _check_unchanged(header)
@@ -445,7 +451,11 @@ class safe_open:
         arena = _C.aligned_tensor(stop - start)
         if self._handle is None:
             self._handle = make_handle()
-        self._handle.sync_pread_batch([arena], header.path, [start])
+        populated = populate([arena])
+        try:
+            self._handle.sync_pread_batch([arena], header.path, [start])
+        finally:
+            populated()
         _check_unchanged(header)
         return arena, start
 

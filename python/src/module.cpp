@@ -316,6 +316,15 @@ PYBIND11_MODULE(_C, m) {
         "where lock asks and the kernel allows).",
         "nbytes"_a, "lock"_a = false);
     m.def(
+        "populate",
+        [](const torch::Tensor& tensor, std::int64_t offset, std::int64_t length) {
+            py::gil_scoped_release unlocked;  // loaders run it from helper threads
+            return nvmeio_torch::populate(tensor, offset, length);
+        },
+        "Brings bytes [offset, offset + length) of a tensor from aligned_tensor into use for "
+        "writing, without changing them (MADV_POPULATE_WRITE); False where the kernel cannot.",
+        "tensor"_a, "offset"_a, "length"_a);
+    m.def(
         "crc32",
         [](py::object data, const py::int_& start) {
             // As zlib.crc32: any integer, of which the low 32 bits count.

@@ -1,11 +1,18 @@
-"""The atomic replacement the whole-file jobs share (nvmeio_torch._files)."""
+"""What the whole-file jobs share (nvmeio_torch._files): the atomic replacement, the handle,
+and the helpers that bring a fresh arena into use ahead of the reads."""
 
+import ctypes
+import mmap
 import os
 import stat
 
 import pytest
+import torch
 
-from nvmeio_torch import _files
+import nvmeio_torch
+import nvmeio_torch.safetensors as nst
+from nvmeio_torch import _C, _files
+from conftest import random_bytes
 
 
 def test_a_finished_file_replaces_the_old_one_and_leaves_nothing_beside_it(workdir):
@@ -122,3 +129,93 @@ def test_make_handle_falls_back_to_libaio_where_the_kernel_refuses_io_uring(monk
     assert _files.make_handle().get_backend() == "libaio"
     with pytest.raises(OSError):  # asked for by name: no fallback
         _files.make_handle(backend="io_uring")
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
+
+
+def resident_pages(tensor):
+    """Which of a page-aligned tensor's pages are in memory (mincore(2)), as a list of bools."""
+    pages = ctypes.create_string_buffer((tensor.numel() + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
+    assert _libc.mincore(tensor.data_ptr(), tensor.numel(), pages) == 0, ctypes.get_errno()
+    return [bool(b & 1) for b in pages.raw]
+
+
+def test_populate_brings_pages_in_and_changes_no_byte():
+    page = mmap.PAGESIZE
+    arena = _C.aligned_tensor(64 << 20)  # above malloc's largest mmap threshold: fresh pages
+    arena[5 * page:6 * page] = 7  # one page already written
+    assert resident_pages(arena).count(True) == 1
+    if not _C.populate(arena, page, 40 * page - 1):
+        pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux 5.14+)")
+    resident = resident_pages(arena)
+    assert resident[:41] == [False] + [True] * 40 and resident.count(True) == 40
+    assert int(arena.sum()) == 7 * page
+
+
+def test_populate_takes_only_nvmeios_tensors_and_ranges_inside_them():
+    arena = _C.aligned_tensor(8192)
+    with pytest.raises(ValueError, match="not one of nvmeio's"):
+        _C.populate(torch.zeros(8192, dtype=torch.uint8), 0, 4096)
+    for offset, length in ((-1, 10), (0, 8193), (8192, 1), (4096, -1), (1, 2 ** 62)):
+        with pytest.raises(ValueError, match="not within"):
+            _C.populate(arena, offset, length)
+    assert _C.populate(arena, 8192, 0)
+
+
+def record_populate(monkeypatch, answer=None):
+    """_C.populate wrapped to record each call's (arena pointer, offset, length)."""
+    calls, real = [], _C.populate
+
+    def populate(arena, offset, length):
+        calls.append((arena.data_ptr(), offset, length))
+        return real(arena, offset, length) if answer is None else answer
+    monkeypatch.setattr(_C, "populate", populate)
+    return calls
+
+
+def covered(calls):
+    """Bytes covered by the calls per arena, and whether no byte was covered twice."""
+    per_arena = {}
+    for pointer, offset, length in calls:
+        per_arena.setdefault(pointer, []).append((offset, offset + length))
+    disjoint = all(a[1] <= b[0] for spans in per_arena.values()
+                   for a, b in zip(sorted(spans), sorted(spans)[1:]))
+    return sorted(sum(e - b for b, e in spans) for spans in per_arena.values()), disjoint
+
+
+def test_loads_bring_their_whole_arena_in_from_helpers_and_keep_exact_bytes(workdir, monkeypatch):
+    calls = record_populate(monkeypatch)
+    tensors = {"a": random_bytes(24 << 20, seed=1), "b": random_bytes((16 << 20) + 5, seed=2)}
+    path = os.path.join(workdir, "model.safetensors")
+    nst.save_file(tensors, path)
+    loaded = nst.load_file(path)
+    assert all(torch.equal(loaded[k], tensors[k]) for k in tensors)
+    sizes, disjoint = covered(calls)
+    data_start = os.path.getsize(path) - (40 << 20) - 5
+    assert disjoint and sizes == [os.path.getsize(path) - _files.align_down(data_start)]
+    calls.clear()
+    checkpoint = os.path.join(workdir, "state.pt")
+    nvmeio_torch.save(tensors, checkpoint)
+    back = nvmeio_torch.load(checkpoint)
+    assert all(torch.equal(back[k], tensors[k]) for k in tensors)
+    sizes, disjoint = covered(calls)
+    assert disjoint and len(sizes) == 1 and sizes[0] >= (40 << 20) + 5
+
+
+def test_a_kernel_without_populate_stops_the_helpers_at_once_and_loads_exactly(workdir, monkeypatch):
+    calls = record_populate(monkeypatch, answer=False)
+    data = random_bytes(48 << 20, seed=3)
+    path = os.path.join(workdir, "model.safetensors")
+    nst.save_file({"x": data}, path)
+    assert torch.equal(nst.load_file(path)["x"], data)
+    assert 1 <= len(calls) <= min(8, os.cpu_count())
+
+
+def test_small_loads_start_no_helpers(workdir, monkeypatch):
+    calls = record_populate(monkeypatch)
+    path = os.path.join(workdir, "small.safetensors")
+    nst.save_file({"x": random_bytes(1 << 20)}, path)
+    nst.load_file(path)
+    assert calls == []

@@ -76,7 +76,7 @@ def make_handle(block_size=1 << 20, queue_depth=32, intra_op_parallelism=None, b
     workers (one per CPU), io_uring where it was built in and the kernel allows it (else libaio;
     a backend asked for by name gets no fallback)."""
     if intra_op_parallelism is None:
-        intra_op_parallelism = max(1, min(4, os.cpu_count() or 1))
+        intra_op_parallelism = cpus(4)
     settings = dict(block_size=block_size, queue_depth=queue_depth,
                     intra_op_parallelism=intra_op_parallelism)
     if backend is None and _C.io_uring_available:
@@ -87,37 +87,69 @@ def make_handle(block_size=1 << 20, queue_depth=32, intra_op_parallelism=None, b
     return _C.aio_handle(backend=backend or "libaio", **settings)
 
 
-def populate(arenas):
-    """Starts bringing fresh arenas (from ``_C.aligned_tensor``) into use from helper threads,
-    ahead of the reads into them; returns a function that waits for the helpers.
+def cpus(most):
+    """The CPUs this process may run on (its affinity, where the OS says), at most ``most``."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    return max(1, min(most, count))
 
-    A read into fresh memory makes the kernel fault in and zero each page as the read pins it,
-    one thread per read; the helpers (as many as the CPUs, at most 8) do it in parallel, in
-    8 MiB chunks taken across the arenas from their starts, the order the reads go in, without
-    changing any byte (``_C.populate``). Reads that catch up with them fault the rest as before.
-    Where the kernel cannot (before Linux 5.14) the helpers stop at their first chunk."""
-    sizes = [(a, a.numel()) for a in arenas if a is not None]
-    if sum(n for _, n in sizes) < POPULATE_MIN:
-        return lambda: None
-    chunks = iter([(a, at, min(POPULATE_CHUNK, n - at))
-                   for at in range(0, max(n for _, n in sizes), POPULATE_CHUNK)
-                   for a, n in sizes if at < n])
+
+def _populate_chunks(arenas, pieces):
+    """(arena, offset, length) to populate, arena by arena in the reads' order: each arena cut
+    into ``pieces`` parts as the handle's workers read it, the parts' chunks taken in turn."""
+    chunks = []
+    for arena in arenas:
+        if arena is None:
+            continue
+        size = arena.numel() * arena.element_size()
+        part = align_up(-(-size // pieces))
+        for at in range(0, part, POPULATE_CHUNK):
+            chunks += [(arena, begin + at, min(POPULATE_CHUNK, part - at, size - begin - at))
+                       for begin in range(0, size, part) if begin + at < min(begin + part, size)]
+    return chunks if sum(c[2] for c in chunks) >= POPULATE_MIN else []
+
+
+@contextlib.contextmanager
+def populating(arenas, pieces=1):
+    """Brings fresh arenas (from ``_C.aligned_tensor``) into use from helper threads while the
+    block runs the reads into them (read by ``pieces`` workers each); the helpers stop when it
+    ends.
+
+    A read into fresh memory makes the kernel fault in and zero each page as the read pins it;
+    the helpers (one per CPU, at most 8) do it in parallel, 8 MiB at a time, ahead of the reads
+    and without changing any byte (``_C.populate``), so the reads find the pages there. They are
+    a hint: where the kernel cannot (before Linux 5.14) they stop at their first chunk, where no
+    thread can be started there are none, and the reads fault the pages as before."""
+    chunks = _populate_chunks(arenas, pieces)
+    if not chunks:
+        yield
+        return
+    queue = iter(chunks)
     taking = threading.Lock()
     stop = threading.Event()
 
     def helper():
-        while not stop.is_set():
-            with taking:
-                chunk = next(chunks, None)
-            if chunk is None or not _C.populate(*chunk):
-                stop.set()
+        try:
+            while not stop.is_set():
+                with taking:
+                    chunk = next(queue, None)
+                if chunk is None or not _C.populate(*chunk):
+                    return
+        finally:
+            stop.set()  # no chunk left, or the kernel refused: the others stop too
 
-    helpers = [threading.Thread(target=helper, name="nvmeio-populate", daemon=True)
-               for _ in range(max(1, min(8, os.cpu_count() or 1)))]
-    for h in helpers:
-        h.start()
-
-    def wait():
+    helpers = []
+    try:
+        for _ in range(min(cpus(8), len(chunks))):
+            helpers.append(threading.Thread(target=helper, name="nvmeio-populate", daemon=True))
+            helpers[-1].start()
+    except RuntimeError:  # no more threads (RLIMIT_NPROC, a container's limit)
+        helpers.pop()
+    try:
+        yield
+    finally:
+        stop.set()  # the reads are over: what is not populated yet no longer needs it
         for h in helpers:
             h.join()
-    return wait

@@ -357,7 +357,7 @@ def load(path, map_location=None, weights_only=True, handle=None):
     False. Raises OSError (errno, path) for I/O failures and ValueError naming the file for
     a malformed archive.
     """
-    from ._files import make_handle, populate
+    from ._files import make_handle, populating
 
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"nvmeio_torch.load: path must be a file name, not {type(path).__name__}"
@@ -434,11 +434,8 @@ def load(path, map_location=None, weights_only=True, handle=None):
     data_placed = place(data_intervals, arena)
     if handle is None:
         handle = make_handle()
-    populated = populate([arena])
-    try:
+    with populating([arena], handle.get_intra_op_parallelism()):
         handle.sync_pread_batch(buffers, path, file_offsets)
-    finally:
-        populated()
 
     def record_bytes(e, placed, array):
         """e's data as a view of array, the buffer its extent was read into at placed."""

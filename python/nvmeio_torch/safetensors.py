@@ -35,7 +35,7 @@ import torch
 
 from . import _C
 from ._files import ALIGN as _ALIGN, align_down as _align_down, align_up as _align_up, \
-    atomic_file, make_handle, populate
+    atomic_file, make_handle, populating
 
 __all__ = ["SafetensorError", "load_file", "load_files", "safe_open", "save_file", "stream"]
 
@@ -369,26 +369,22 @@ def _load(headers, device, handle):
             continue
         start, stop = _span(header, header.data_start, header.file_size)
         arenas.append((_C.aligned_tensor(stop - start), start))
-    populated = populate([arena for arena, _ in arenas])
-    pending = False
-    try:
-        for header, (arena, start) in zip(headers, arenas):
-            if arena is not None:
-                handle.async_pread_batch([arena], header.path, [start])
-                pending = True
-    except BaseException:
-        if pending:  # leave the caller's handle with nothing pending
-            try:
-                handle.wait()
-            except OSError:
-                pass
-        populated()
-        raise
-    try:
+    with populating([arena for arena, _ in arenas], handle.get_intra_op_parallelism()):
+        pending = False
+        try:
+            for header, (arena, start) in zip(headers, arenas):
+                if arena is not None:
+                    handle.async_pread_batch([arena], header.path, [start])
+                    pending = True
+        except BaseException:
+            if pending:  # leave the caller's handle with nothing pending
+                try:
+                    handle.wait()
+                except OSError:
+                    pass
+            raise
         if pending:
             handle.wait()
-    finally:
-        populated()
     tensors = {}
     for header, (arena, start) in zip(headers, arenas):
         _check_unchanged(header)
@@ -451,11 +447,8 @@ class safe_open:
         arena = _C.aligned_tensor(stop - start)
         if self._handle is None:
             self._handle = make_handle()
-        populated = populate([arena])
-        try:
+        with populating([arena], self._handle.get_intra_op_parallelism()):
             self._handle.sync_pread_batch([arena], header.path, [start])
-        finally:
-            populated()
         _check_unchanged(header)
         return arena, start
 

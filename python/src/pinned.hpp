@@ -91,27 +91,30 @@ inline torch::Tensor aligned_tensor(std::int64_t bytes, bool lock) {
     return tensor_over(page_aligned(static_cast<std::size_t>(bytes), lock), bytes, torch::kUInt8);
 }
 
-/// Brings bytes [offset, offset + length) of one of nvmeio's tensors into use for writing
-/// without changing them (`madvise(MADV_POPULATE_WRITE)`, Linux 5.14+), so that a read into
-/// fresh memory finds its pages there instead of faulting them in one by one as it pins them.
-/// False where the kernel cannot or will not (EINVAL before 5.14, ENOMEM, a signal): a hint
-/// whose failure leaves the memory as it was.
+/// Brings bytes [offset, offset + length) of one of nvmeio's contiguous tensors into use for
+/// writing without changing them (`madvise(MADV_POPULATE_WRITE)`, Linux 5.14+), so that a read
+/// into fresh memory finds its pages there instead of faulting them in one by one as it pins
+/// them. Only whole pages of the tensor's own memory are touched. False where the kernel cannot
+/// or will not (EINVAL before 5.14, ENOMEM, a signal): a hint whose failure changes nothing.
 inline bool populate(const torch::Tensor& tensor, std::int64_t offset, std::int64_t length) {
     if (!owned_by_nvmeio(tensor)) throw_invalid("populate: the tensor is not one of nvmeio's");
+    if (!tensor.is_contiguous()) throw_invalid("populate: the tensor is not contiguous");
     const std::int64_t bytes = tensor.numel() * static_cast<std::int64_t>(tensor.element_size());
-    if (!tensor.is_contiguous() || offset < 0 || length < 0 || offset > bytes ||
-        length > bytes - offset)
+    if (offset < 0 || length < 0 || offset > bytes || length > bytes - offset)
         throw_invalid("populate: bytes [" + std::to_string(offset) + ", +" +
                       std::to_string(length) + ") are not within the tensor's " +
                       std::to_string(bytes));
-    if (length == 0) return true;
-    // nvmeio's memory is page-aligned and a whole number of pages long (aligned_buffer's
-    // capacity), so the pages around the range are the tensor's own.
     const auto page = static_cast<std::uintptr_t>(nvmeio::page_size());
+    const auto own = reinterpret_cast<std::uintptr_t>(tensor.storage().data());
     const auto first = reinterpret_cast<std::uintptr_t>(tensor.data_ptr()) +
                        static_cast<std::uintptr_t>(offset);
-    const std::uintptr_t begin = first / page * page;
-    const std::uintptr_t end = (first + static_cast<std::uintptr_t>(length) + page - 1) / page * page;
+    // The pages the range touches, less any that reach outside the storage (pages larger than
+    // the 4096 bytes nvmeio aligns to).
+    const std::uintptr_t begin = std::max(first / page * page, (own + page - 1) / page * page);
+    const std::uintptr_t end =
+        std::min((first + static_cast<std::uintptr_t>(length) + page - 1) / page * page,
+                 (own + tensor.storage().nbytes()) / page * page);
+    if (length == 0 || begin >= end) return true;
 #ifndef MADV_POPULATE_WRITE
     constexpr int MADV_POPULATE_WRITE = 23;  // Linux's value, for headers older than 5.14's
 #endif

@@ -1,5 +1,7 @@
 """Shared fixtures: test files on a filesystem that accepts O_DIRECT, handles of both backends."""
 
+import ctypes
+import mmap
 import os
 import shutil
 import tempfile
@@ -44,3 +46,21 @@ def file_bytes(path):
 
 def open_descriptors():
     return len(os.listdir("/proc/self/fd"))
+
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_long)
+libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
+
+
+def resident_pages(address, length):
+    """Which pages of [address, address + length) are in memory (mincore(2); address on a
+    page), as a list of bools."""
+    pages = ctypes.create_string_buffer((length + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
+    if libc.mincore(address, length, pages) != 0:
+        raise OSError(ctypes.get_errno(), "mincore")
+    return [bool(b & 1) for b in pages.raw]

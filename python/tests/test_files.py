@@ -1,10 +1,10 @@
 """What the whole-file jobs share (nvmeio_torch._files): the atomic replacement, the handle,
 and the helpers that bring a fresh arena into use ahead of the reads."""
 
-import ctypes
 import mmap
 import os
 import stat
+import threading
 
 import pytest
 import torch
@@ -12,7 +12,7 @@ import torch
 import nvmeio_torch
 import nvmeio_torch.safetensors as nst
 from nvmeio_torch import _C, _files
-from conftest import random_bytes
+from conftest import libc, random_bytes, resident_pages
 
 
 def test_a_finished_file_replaces_the_old_one_and_leaves_nothing_beside_it(workdir):
@@ -131,37 +131,39 @@ def test_make_handle_falls_back_to_libaio_where_the_kernel_refuses_io_uring(monk
         _files.make_handle(backend="io_uring")
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
-
-
-def resident_pages(tensor):
-    """Which of a page-aligned tensor's pages are in memory (mincore(2)), as a list of bools."""
-    pages = ctypes.create_string_buffer((tensor.numel() + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
-    assert _libc.mincore(tensor.data_ptr(), tensor.numel(), pages) == 0, ctypes.get_errno()
-    return [bool(b & 1) for b in pages.raw]
+def arena_pages(arena):
+    return resident_pages(arena.data_ptr(), arena.numel())
 
 
 def test_populate_brings_pages_in_and_changes_no_byte():
     page = mmap.PAGESIZE
-    arena = _C.aligned_tensor(64 << 20)  # above malloc's largest mmap threshold: fresh pages
-    arena[5 * page:6 * page] = 7  # one page already written
-    assert resident_pages(arena).count(True) == 1
+    if page != 4096:
+        pytest.skip(f"pages of {page} bytes: the arena is aligned to 4096 only")
+    arena = _C.aligned_tensor(64 << 20)
+    # Its pages out of memory, and no huge page to bring 512 of them in at once.
+    MADV_DONTNEED, MADV_NOHUGEPAGE = 4, 15
+    assert libc.madvise(arena.data_ptr(), arena.numel(), MADV_NOHUGEPAGE) == 0
+    assert libc.madvise(arena.data_ptr(), arena.numel(), MADV_DONTNEED) == 0
+    arena[5 * page:6 * page] = 7  # one page written
+    assert arena_pages(arena).count(True) == 1
     if not _C.populate(arena, page, 40 * page - 1):
         pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux 5.14+)")
-    resident = resident_pages(arena)
+    resident = arena_pages(arena)
     assert resident[:41] == [False] + [True] * 40 and resident.count(True) == 40
     assert int(arena.sum()) == 7 * page
 
 
-def test_populate_takes_only_nvmeios_tensors_and_ranges_inside_them():
-    arena = _C.aligned_tensor(8192)
+def test_populate_takes_only_nvmeios_contiguous_tensors_and_ranges_inside_them():
+    arena = _C.aligned_tensor(16384)
     with pytest.raises(ValueError, match="not one of nvmeio's"):
         _C.populate(torch.zeros(8192, dtype=torch.uint8), 0, 4096)
-    for offset, length in ((-1, 10), (0, 8193), (8192, 1), (4096, -1), (1, 2 ** 62)):
+    with pytest.raises(ValueError, match="not contiguous"):
+        _C.populate(arena.view(4, 4096).t(), 0, 4096)
+    for offset, length in ((-1, 10), (0, 16385), (16384, 1), (4096, -1), (1, 2 ** 62)):
         with pytest.raises(ValueError, match="not within"):
             _C.populate(arena, offset, length)
-    assert _C.populate(arena, 8192, 0)
+    assert _C.populate(arena, 16384, 0)
+    assert _C.populate(arena[4096:], 100, 8000)  # a view: offsets count from its first byte
 
 
 def record_populate(monkeypatch, answer=None):
@@ -176,7 +178,7 @@ def record_populate(monkeypatch, answer=None):
 
 
 def covered(calls):
-    """Bytes covered by the calls per arena, and whether no byte was covered twice."""
+    """Bytes covered by the calls per arena (sorted), and whether no byte was covered twice."""
     per_arena = {}
     for pointer, offset, length in calls:
         per_arena.setdefault(pointer, []).append((offset, offset + length))
@@ -185,32 +187,70 @@ def covered(calls):
     return sorted(sum(e - b for b, e in spans) for spans in per_arena.values()), disjoint
 
 
-def test_loads_bring_their_whole_arena_in_from_helpers_and_keep_exact_bytes(workdir, monkeypatch):
+def data_bytes(path):
+    """What a load reads of a safetensors file: from the 4 KiB boundary at or before its data."""
+    with open(path, "rb") as f:
+        header = int.from_bytes(f.read(8), "little")
+    return os.path.getsize(path) - _files.align_down(8 + header)
+
+
+def test_every_load_brings_its_whole_arena_in_from_helpers_and_keeps_exact_bytes(
+        workdir, monkeypatch):
     calls = record_populate(monkeypatch)
-    tensors = {"a": random_bytes(24 << 20, seed=1), "b": random_bytes((16 << 20) + 5, seed=2)}
-    path = os.path.join(workdir, "model.safetensors")
-    nst.save_file(tensors, path)
-    loaded = nst.load_file(path)
+    tensors = {"a": random_bytes(36 << 20, seed=1), "b": random_bytes((16 << 20) + 5, seed=2)}
+    shards = [os.path.join(workdir, f"model-{i}.safetensors") for i in range(3)]
+    nst.save_file(tensors, shards[0])
+    nst.save_file({"c": random_bytes(33 << 20, seed=3)}, shards[1])
+    nst.save_file({}, shards[2])  # no data: no arena
+    loaded = nst.load_file(shards[0])
     assert all(torch.equal(loaded[k], tensors[k]) for k in tensors)
-    sizes, disjoint = covered(calls)
-    data_start = os.path.getsize(path) - (40 << 20) - 5
-    assert disjoint and sizes == [os.path.getsize(path) - _files.align_down(data_start)]
+    assert covered(calls) == ([data_bytes(shards[0])], True)
+    calls.clear()
+    assert len(nst.load_files(shards)) == 3
+    assert covered(calls) == (sorted(data_bytes(s) for s in shards[:2]), True)
+    calls.clear()
+    with nst.safe_open(shards[0]) as f:
+        assert torch.equal(f.get_tensor("a"), tensors["a"])
+    assert covered(calls)[1] and covered(calls)[0][0] >= 36 << 20  # its range, not the file
     calls.clear()
     checkpoint = os.path.join(workdir, "state.pt")
     nvmeio_torch.save(tensors, checkpoint)
     back = nvmeio_torch.load(checkpoint)
     assert all(torch.equal(back[k], tensors[k]) for k in tensors)
     sizes, disjoint = covered(calls)
-    assert disjoint and len(sizes) == 1 and sizes[0] >= (40 << 20) + 5
+    assert disjoint and len(sizes) == 1 and sizes[0] >= (52 << 20) + 5
 
 
-def test_a_kernel_without_populate_stops_the_helpers_at_once_and_loads_exactly(workdir, monkeypatch):
+def test_a_kernel_without_populate_stops_the_helpers_at_once_and_loads_exactly(
+        workdir, monkeypatch):
     calls = record_populate(monkeypatch, answer=False)
+    monkeypatch.setattr(_files, "POPULATE_CHUNK", 1 << 20)  # 48 chunks, more than helpers
     data = random_bytes(48 << 20, seed=3)
     path = os.path.join(workdir, "model.safetensors")
     nst.save_file({"x": data}, path)
     assert torch.equal(nst.load_file(path)["x"], data)
-    assert 1 <= len(calls) <= min(8, os.cpu_count())
+    assert 1 <= len(calls) <= _files.cpus(8)
+
+
+class FailingHandle:
+    """A handle whose reads fail as soon as they are waited for."""
+
+    def get_intra_op_parallelism(self):
+        return 2
+
+    def async_pread_batch(self, tensors, path, offsets):
+        return 0
+
+    def wait(self):
+        raise OSError(5, "failed as asked", "model.safetensors")
+
+
+def test_a_failed_load_leaves_no_helper_running(workdir):
+    path = os.path.join(workdir, "model.safetensors")
+    nst.save_file({"x": random_bytes(64 << 20, seed=4)}, path)
+    with pytest.raises(OSError, match="failed as asked"):
+        nst.load_file(path, handle=FailingHandle())
+    assert not [t for t in threading.enumerate() if t.name == "nvmeio-populate"]
 
 
 def test_small_loads_start_no_helpers(workdir, monkeypatch):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import nvmeio_torch
-from conftest import file_bytes, random_bytes, write_file
+from conftest import file_bytes, libc, random_bytes, resident_pages, write_file
 
 SIZES = [1, 511, 512, 1023, 4096, 4097, 65536 + 3, 1 << 20, (1 << 20) + 4095, 3 * (1 << 20) + 1]
 
@@ -77,30 +77,22 @@ def kernel_has_uncached_io(path):
         os.close(fd)
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_long)
-_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
-
-
 def cached_bytes(path):
     """What the page cache holds of `path` (as fincore counts it: resident pages x page size),
-    from mincore(2) over a mapping of the file, which faults nothing in."""
-    size, page = os.path.getsize(path), mmap.PAGESIZE
+    from mincore(2) over a mapping of the file, which faults nothing in. (mincore counts every
+    page of a file the caller may not write as resident; the tests' own files are writable.)"""
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0
     fd = os.open(path, os.O_RDONLY)
     try:
-        address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
         if address is None or address == ctypes.c_void_p(-1).value:
             raise OSError(ctypes.get_errno(), "mmap", path)
         try:
-            pages = ctypes.create_string_buffer((size + page - 1) // page)
-            if _libc.mincore(address, size, pages) != 0:
-                raise OSError(ctypes.get_errno(), "mincore", path)
-            return sum(b & 1 for b in pages.raw) * page
+            return resident_pages(address, size).count(True) * mmap.PAGESIZE
         finally:
-            _libc.munmap(address, size)
+            libc.munmap(address, size)
     finally:
         os.close(fd)
 

@@ -17,7 +17,7 @@ for r in $(seq 1 "$repeats"); do
         if (( r % 2 )); then order="old new"; else order="new old"; fi
         for which in $order; do
           bin=$old; [[ $which == new ]] && bin=$new
-          json=$("${prio[@]}" "$bin" -f "$dev" -s "$s" --op "$op" -b "$b" -q "$q" --backend "$backend" \
+          json=$(${prio[@]+"${prio[@]}"} "$bin" -f "$dev" -s "$s" --op "$op" -b "$b" -q "$q" --backend "$backend" \
                  -p 1 -w 1 -n 4 --json --allow-device-write)
           printf '{"repeat":%d,"build":"%s","backend":"%s","op":"%s","block":"%s","depth":%d,"run":%s}\n' \
                  "$r" "$which" "$backend" "$op" "$b" "$q" "$json" >> "$out"

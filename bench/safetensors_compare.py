@@ -126,7 +126,7 @@ elif method == "mmap":
     tensors = load_mmap(paths)
 elif method == "pread":
     tensors = load_pread(paths)
-elif method.startswith("package"):
+elif method in ("package", "package_pread"):
     # The safetensors package itself, where installed: its load_file per shard (its default,
     # or its pread backend for package_pread).
     from safetensors.torch import load_file
@@ -153,7 +153,8 @@ if not method.startswith("stream"):
     # tensors over the mapping (the package's since 0.6) pays here for the reads it put off.
     for t in tensors.values():
         if t.numel():
-            t.reshape(-1).view(torch.uint8)[::4096].sum()
+            b = t.reshape(-1).view(torch.uint8)
+            b[::4096].sum() + b[-1]  # the last byte: the last page may be partial
 seconds = time.perf_counter() - start
 grown = rss("VmHWM:") - before
 if method.startswith("stream"):

@@ -3,7 +3,7 @@ torch.save and a safetensors file by the safetensors package, of values any torc
 exactly (built from arange, no random numbers). Run where those writers are installed:
 
     python3 make.py OUTDIR            # writes torch2_checkpoint.pt and package.safetensors
-    python3 make.py --check OUTDIR    # nvmeio_torch writes them, torch.load and the package read
+    python3 make.py --check SCRATCH   # nvmeio_torch writes, torch.load and the package read
 
 --check needs nvmeio_torch on PYTHONPATH; it prints one line per check and exits 1 on a mismatch.
 """
@@ -21,7 +21,8 @@ METADATA = {"format": "pt"}
 
 
 def ramp(n, dtype, start=0):
-    """n exact values of dtype: small integers (halves for floating types), alternating bools."""
+    """n exact values of dtype: small integers (halves for floating types); bools True every
+    third."""
     values = torch.arange(start, start + n, dtype=torch.int64)
     if dtype == torch.bool:
         return values % 3 == 0
@@ -80,6 +81,11 @@ def same(a, b):
     return a == b
 
 
+def storage(t):
+    """t's storage, as torch 1.13 and 2.x name it."""
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+
+
 def same_tensors(a, b):
     """Equal dicts of named tensors, in whatever order (a safetensors file's order is its own)."""
     return sorted(a) == sorted(b) and all(same(a[k], b[k]) for k in a)
@@ -103,18 +109,15 @@ def check(folder):
         failures += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {name}{why}")
 
-    def storage(t):
-        return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
-
     ours = os.path.join(folder, "nvmeio_checkpoint.pt")
     nvmeio_torch.save(checkpoint(), ours)
     report("torch.load (its default weights_only) of nvmeio_torch.save",
            lambda: same(checkpoint(), torch.load(ours)))
     report("torch.load(weights_only=False) of nvmeio_torch.save",
            lambda: same(checkpoint(), torch.load(ours, weights_only=False)))
-    loaded = torch.load(ours, weights_only=False)
     report("views still share a storage after torch.load",
-           lambda: storage(loaded["row"]).data_ptr() == storage(loaded["base"]).data_ptr())
+           lambda: (lambda c: storage(c["row"]).data_ptr() == storage(c["base"]).data_ptr())(
+               torch.load(ours, weights_only=False)))
     theirs = os.path.join(folder, "torch_checkpoint.pt")
     torch.save(checkpoint(), theirs)
     report("nvmeio_torch.load of torch.save", lambda: same(checkpoint(), nvmeio_torch.load(theirs)))
@@ -126,7 +129,7 @@ def check(folder):
         with open(path, "rb") as f:
             return f.read()
 
-    package, mine = (os.path.join(folder, n) for n in ("package.safetensors", "ours.safetensors"))
+    package, mine = (os.path.join(folder, n) for n in ("theirs.safetensors", "ours.safetensors"))
     save_file(tensors(), package, metadata=METADATA)
     nst.save_file(tensors(), mine, metadata=METADATA)
     report("nvmeio_torch.safetensors.save_file bytes == the package's",

@@ -98,7 +98,7 @@ def cpus(most):
 
 def _populate_chunks(arenas, pieces):
     """(arena, offset, length) to populate, arena by arena in the reads' order: each arena cut
-    into ``pieces`` parts as the handle's workers read it, the parts' chunks taken in turn."""
+    into ``pieces`` parts about as the handle's workers read it, the parts' chunks in turn."""
     chunks = []
     for arena in arenas:
         if arena is None:
@@ -143,11 +143,12 @@ def populating(arenas, pieces=1):
     helpers = []
     try:
         for _ in range(min(cpus(8), len(chunks))):
-            helpers.append(threading.Thread(target=helper, name="nvmeio-populate", daemon=True))
-            helpers[-1].start()
-    except RuntimeError:  # no more threads (RLIMIT_NPROC, a container's limit)
-        helpers.pop()
-    try:
+            h = threading.Thread(target=helper, name="nvmeio-populate", daemon=True)
+            try:
+                h.start()
+            except RuntimeError:  # no more threads (RLIMIT_NPROC, a container's limit)
+                break
+            helpers.append(h)
         yield
     finally:
         stop.set()  # the reads are over: what is not populated yet no longer needs it

@@ -108,8 +108,8 @@ inline bool populate(const torch::Tensor& tensor, std::int64_t offset, std::int6
     const auto own = reinterpret_cast<std::uintptr_t>(tensor.storage().data());
     const auto first = reinterpret_cast<std::uintptr_t>(tensor.data_ptr()) +
                        static_cast<std::uintptr_t>(offset);
-    // The pages the range touches, less any that reach outside the storage (pages larger than
-    // the 4096 bytes nvmeio aligns to).
+    // The pages the range touches, less any that reach outside the storage: a partial last page
+    // (the read faults that one), and more where pages are larger than nvmeio's 4096 alignment.
     const std::uintptr_t begin = std::max(first / page * page, (own + page - 1) / page * page);
     const std::uintptr_t end =
         std::min((first + static_cast<std::uintptr_t>(length) + page - 1) / page * page,

@@ -5,6 +5,7 @@ import mmap
 import os
 import stat
 import threading
+import time
 
 import pytest
 import torch
@@ -150,7 +151,14 @@ def test_populate_brings_pages_in_and_changes_no_byte():
         pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux 5.14+)")
     resident = arena_pages(arena)
     assert resident[:41] == [False] + [True] * 40 and resident.count(True) == 40
-    assert int(arena.sum()) == 7 * page
+    # A view's offsets count from its own first byte.
+    assert _C.populate(arena[50 * page:], page, page)
+    assert arena_pages(arena)[50:52] == [False, True]
+    assert int(arena.sum()) == 7 * page  # (reading maps every page)
+
+
+def populate_works():
+    return _C.populate(_C.aligned_tensor(4096), 0, 4096)
 
 
 def test_populate_takes_only_nvmeios_contiguous_tensors_and_ranges_inside_them():
@@ -163,7 +171,6 @@ def test_populate_takes_only_nvmeios_contiguous_tensors_and_ranges_inside_them()
         with pytest.raises(ValueError, match="not within"):
             _C.populate(arena, offset, length)
     assert _C.populate(arena, 16384, 0)
-    assert _C.populate(arena[4096:], 100, 8000)  # a view: offsets count from its first byte
 
 
 def record_populate(monkeypatch, answer=None):
@@ -187,6 +194,64 @@ def covered(calls):
     return sorted(sum(e - b for b, e in spans) for spans in per_arena.values()), disjoint
 
 
+class FakeArena:
+    def __init__(self, size):
+        self.size = size
+
+    def numel(self):
+        return self.size
+
+    def element_size(self):
+        return 1
+
+
+@pytest.mark.parametrize("pieces", [1, 2, 3, 4, 16])
+def test_the_populate_plan_covers_each_arena_once_in_chunks_across_the_workers_parts(pieces):
+    c = _files.POPULATE_CHUNK
+    sizes = [0, 1, 4095, 4096, c - 1, c, c + 1, pieces * c - 1, pieces * c + 4097, 5 * pieces * c]
+    arenas = [FakeArena(n) for n in sizes]
+    plan = _files._populate_chunks(arenas, pieces)
+    for arena in arenas:
+        spans = sorted((at, at + n) for a, at, n in plan if a is arena)
+        assert all(0 < e - b <= c for b, e in spans)
+        assert [b for b, _ in spans] == [0] + [e for _, e in spans[:-1]] if spans else arena.size == 0
+        assert (spans[-1][1] if spans else 0) == arena.size
+    # Arena by arena, and within the largest its parts taken in turn from their starts.
+    order = [arenas.index(a) for a, _, _ in plan]
+    assert order == sorted(order)
+    first = [at for a, at, _ in plan if a is arenas[-1]][:pieces]
+    assert first == [k * _files.align_up(-(-arenas[-1].size // pieces)) for k in range(pieces)]
+    assert _files._populate_chunks([FakeArena(_files.POPULATE_MIN - 1)], pieces) == []
+
+
+class PatientHandle:
+    """A real handle whose reads are waited for only once the populate calls have covered
+    ``expected`` bytes (or 10 s have passed), so that a test sees every planned chunk however
+    the helper threads are scheduled."""
+
+    def __init__(self, calls, expected):
+        self.handle, self.calls, self.expected = _files.make_handle(), calls, expected
+
+    def patience(self):
+        deadline = time.monotonic() + 10
+        while sum(c[2] for c in self.calls) < self.expected and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    def get_intra_op_parallelism(self):
+        return self.handle.get_intra_op_parallelism()
+
+    def async_pread_batch(self, *args):
+        return self.handle.async_pread_batch(*args)
+
+    def wait(self):
+        self.patience()
+        return self.handle.wait()
+
+    def sync_pread_batch(self, *args):
+        self.patience()
+        return self.handle.sync_pread_batch(*args)
+
+
 def data_bytes(path):
     """What a load reads of a safetensors file: from the 4 KiB boundary at or before its data."""
     with open(path, "rb") as f:
@@ -196,26 +261,30 @@ def data_bytes(path):
 
 def test_every_load_brings_its_whole_arena_in_from_helpers_and_keeps_exact_bytes(
         workdir, monkeypatch):
+    if not populate_works():
+        pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux 5.14+)")
     calls = record_populate(monkeypatch)
     tensors = {"a": random_bytes(36 << 20, seed=1), "b": random_bytes((16 << 20) + 5, seed=2)}
     shards = [os.path.join(workdir, f"model-{i}.safetensors") for i in range(3)]
     nst.save_file(tensors, shards[0])
     nst.save_file({"c": random_bytes(33 << 20, seed=3)}, shards[1])
     nst.save_file({}, shards[2])  # no data: no arena
-    loaded = nst.load_file(shards[0])
+    loaded = nst.load_file(shards[0], handle=PatientHandle(calls, data_bytes(shards[0])))
     assert all(torch.equal(loaded[k], tensors[k]) for k in tensors)
     assert covered(calls) == ([data_bytes(shards[0])], True)
     calls.clear()
-    assert len(nst.load_files(shards)) == 3
+    both = sum(data_bytes(s) for s in shards[:2])
+    assert len(nst.load_files(shards, handle=PatientHandle(calls, both))) == 3
     assert covered(calls) == (sorted(data_bytes(s) for s in shards[:2]), True)
     calls.clear()
-    with nst.safe_open(shards[0]) as f:
+    with nst.safe_open(shards[0], handle=PatientHandle(calls, 36 << 20)) as f:
         assert torch.equal(f.get_tensor("a"), tensors["a"])
-    assert covered(calls)[1] and covered(calls)[0][0] >= 36 << 20  # its range, not the file
+    sizes, disjoint = covered(calls)
+    assert disjoint and (36 << 20) <= sizes[0] < data_bytes(shards[0])  # its range, not the file
     calls.clear()
     checkpoint = os.path.join(workdir, "state.pt")
     nvmeio_torch.save(tensors, checkpoint)
-    back = nvmeio_torch.load(checkpoint)
+    back = nvmeio_torch.load(checkpoint, handle=PatientHandle(calls, (52 << 20) + 5))
     assert all(torch.equal(back[k], tensors[k]) for k in tensors)
     sizes, disjoint = covered(calls)
     assert disjoint and len(sizes) == 1 and sizes[0] >= (52 << 20) + 5
@@ -224,7 +293,7 @@ def test_every_load_brings_its_whole_arena_in_from_helpers_and_keeps_exact_bytes
 def test_a_kernel_without_populate_stops_the_helpers_at_once_and_loads_exactly(
         workdir, monkeypatch):
     calls = record_populate(monkeypatch, answer=False)
-    monkeypatch.setattr(_files, "POPULATE_CHUNK", 1 << 20)  # 48 chunks, more than helpers
+    monkeypatch.setattr(_files, "POPULATE_CHUNK", 1 << 20)  # more chunks than helpers
     data = random_bytes(48 << 20, seed=3)
     path = os.path.join(workdir, "model.safetensors")
     nst.save_file({"x": data}, path)
@@ -250,6 +319,21 @@ def test_a_failed_load_leaves_no_helper_running(workdir):
     nst.save_file({"x": random_bytes(64 << 20, seed=4)}, path)
     with pytest.raises(OSError, match="failed as asked"):
         nst.load_file(path, handle=FailingHandle())
+    assert not [t for t in threading.enumerate() if t.name == "nvmeio-populate"]
+
+
+def test_the_helpers_stop_when_the_reads_end(monkeypatch):
+    calls = []
+
+    def slow(arena, offset, length):
+        calls.append(offset)
+        time.sleep(0.02)
+        return True
+    monkeypatch.setattr(_C, "populate", slow)
+    monkeypatch.setattr(_files, "POPULATE_CHUNK", 1 << 20)  # 64 chunks
+    with _files.populating([_C.aligned_tensor(64 << 20)]):
+        pass  # reads that end at once
+    assert 1 <= len(calls) <= _files.cpus(8)
     assert not [t for t in threading.enumerate() if t.name == "nvmeio-populate"]
 
 

@@ -342,7 +342,8 @@ def load(path, map_location=None, weights_only=True, handle=None):
     Reads any zip-format file torch.save writes (torch 1.6 and later), nvmeio's or torch's.
     Every data record is read through ``handle`` (default: ``make_handle()``, with no request
     pending) into one arena of 4 KiB-aligned memory; the loaded storages view it, so the bytes
-    are in memory once.
+    are in memory once. An arena of 32 MiB or more is brought into use by up to 8 helper threads
+    while the reads go (``_files.populating``).
     The CRC-32s of the records are not checked (torch.load's mmap path does not either).
 
     ``map_location``: as torch.load's (a str such as ``"cpu"``, a torch.device, a dict from

@@ -402,6 +402,8 @@ def load_file(filename, device="cpu", *, handle=None):
     view, in one batch from the 4 KiB boundary at or before it: no second copy, except a tensor
     whose offset in the arena is not a multiple of its element size, which is copied out.
     Tensors keep the arena alive. ``device`` other than CPU: each tensor is moved there.
+    An arena of 32 MiB or more is brought into use by up to 8 helper threads while the reads go
+    (``_files.populating``).
     """
     return _load([_read_header(filename)], _device(device), handle)
 

@@ -101,9 +101,9 @@ def test_an_offset_off_the_alignment_leaves_nothing_in_the_page_cache(workdir, b
     # O_DIRECT cannot take offset 1000: the request goes uncached, so the tensor's bytes do not
     # stay in the page cache, as they would not have with O_DIRECT; a kernel without uncached
     # I/O goes buffered and keeps them. (Seen failing with the buffered reopen: all of it left.)
-    # One thread: workers reading neighbouring pieces through one descriptor share its readahead,
-    # and some read-ahead pages then stay (docs/perf/uncached.md).
-    h = nvmeio_torch.aio_handle(1 << 20, 8, False, True, 1, backend=backend)
+    # One thread, one request at a time: workers or requests in flight together through one
+    # descriptor share its readahead, and some read-ahead pages then stay (docs/perf/uncached.md).
+    h = nvmeio_torch.aio_handle(1 << 20, 1, False, True, 1, backend=backend)
     path = os.path.join(workdir, "f.bin")
     write_file(path, random_bytes(4096, seed=5))
     uncached = kernel_has_uncached_io(path)

@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 
 #include <nvmeio/aligned_allocator.hpp>
+#include <nvmeio/alignment.hpp>
 #include <nvmeio/error.hpp>
 
 #include <torch/types.h>
@@ -104,21 +105,23 @@ inline bool populate(const torch::Tensor& tensor, std::int64_t offset, std::int6
         throw_invalid("populate: bytes [" + std::to_string(offset) + ", +" +
                       std::to_string(length) + ") are not within the tensor's " +
                       std::to_string(bytes));
-    const auto page = static_cast<std::uintptr_t>(nvmeio::page_size());
+    using nvmeio::align_down;
+    using nvmeio::align_up;
+    const std::uint64_t page = nvmeio::page_size();
     const auto own = reinterpret_cast<std::uintptr_t>(tensor.storage().data());
-    const auto first = reinterpret_cast<std::uintptr_t>(tensor.data_ptr()) +
-                       static_cast<std::uintptr_t>(offset);
+    const std::uint64_t first =
+        reinterpret_cast<std::uintptr_t>(tensor.data_ptr()) + static_cast<std::uint64_t>(offset);
     // The pages the range touches, less any that reach outside the storage: a partial last page
     // (the read faults that one), and more where pages are larger than nvmeio's 4096 alignment.
-    const std::uintptr_t begin = std::max(first / page * page, (own + page - 1) / page * page);
-    const std::uintptr_t end =
-        std::min((first + static_cast<std::uintptr_t>(length) + page - 1) / page * page,
-                 (own + tensor.storage().nbytes()) / page * page);
+    const std::uint64_t begin = std::max(align_down(first, page), align_up(own, page));
+    const std::uint64_t end = std::min(align_up(first + static_cast<std::uint64_t>(length), page),
+                                       align_down(own + tensor.storage().nbytes(), page));
     if (length == 0 || begin >= end) return true;
 #ifndef MADV_POPULATE_WRITE
     constexpr int MADV_POPULATE_WRITE = 23;  // Linux's value, for headers older than 5.14's
 #endif
-    return ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0;
+    return ::madvise(reinterpret_cast<void*>(static_cast<std::uintptr_t>(begin)),
+                     static_cast<std::size_t>(end - begin), MADV_POPULATE_WRITE) == 0;
 }
 
 /// The locked tensors handed out and not yet given back.

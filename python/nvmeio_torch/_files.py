@@ -2,6 +2,7 @@
 handle suited to moving whole files."""
 
 import contextlib
+import errno
 import os
 import secrets
 import stat
@@ -20,6 +21,27 @@ def align_up(n, align=ALIGN):
 
 def align_down(n, align=ALIGN):
     return n // align * align
+
+
+def open_regular(path):
+    """A descriptor of ``path`` opened for reading, which must be a regular file: a model or a
+    checkpoint is read at any offset, and opening a FIFO would wait for a writer forever. Opened
+    without blocking, then checked; ``OSError`` (EINVAL, or EISDIR for a folder) names the path
+    and what it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+                    "a block device" if stat.S_ISBLK(mode) else
+                    "a character device" if stat.S_ISCHR(mode) else "a socket")
+            code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+            raise OSError(code, f"{kind}, not a regular file", os.fsdecode(path))
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @contextlib.contextmanager

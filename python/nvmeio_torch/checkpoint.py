@@ -358,14 +358,14 @@ def load(path, map_location=None, weights_only=True, handle=None):
     False. Raises OSError (errno, path) for I/O failures and ValueError naming the file for
     a malformed archive.
     """
-    from ._files import make_handle, populating
+    from ._files import make_handle, open_regular, populating
 
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"nvmeio_torch.load: path must be a file name, not {type(path).__name__}"
                         " (torch.load reads file objects)")
     path = os.fsdecode(os.fspath(path))
     restore_location = _restore_location(map_location)
-    with open(path, "rb") as f:
+    with open(open_regular(path), "rb") as f:
         file_size = os.fstat(f.fileno()).st_size
         head = os.pread(f.fileno(), 4, 0)
         if not _is_zip(head):

@@ -35,7 +35,7 @@ import torch
 
 from . import _C
 from ._files import ALIGN as _ALIGN, align_down as _align_down, align_up as _align_up, \
-    atomic_file, make_handle, populating
+    atomic_file, make_handle, open_regular, populating
 
 __all__ = ["SafetensorError", "load_file", "load_files", "safe_open", "save_file", "stream"]
 
@@ -190,7 +190,7 @@ def _pread_exact(fd, path, length, offset):
 def _read_header(path):
     """Reads and checks a file's header (small buffered reads; the data is read by nvmeio)."""
     path = os.fspath(path)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = open_regular(path)
     try:
         st = os.fstat(fd)
         size = st.st_size
@@ -543,7 +543,7 @@ class _Slice:
 def _read_index(path):
     """(shard paths in name order, {shard path: names the index puts there})."""
     path = os.fspath(path)
-    with open(path, "rb") as f:
+    with open(open_regular(path), "rb") as f:
         text = f.read()
     try:
         index = json.loads(text.decode("utf-8"), object_pairs_hook=_no_duplicates)

@@ -225,3 +225,43 @@ def test_memory_a_call_cannot_use_raises_value_error_before_any_byte_moves(workd
     assert "not readable" in lines["write_unreadable"], lines
     assert lines["copy"] == "ok", lines
     assert torch.equal(file_bytes(path), data)  # the read-only mapping was left as it was
+
+
+SPECIAL_FILES = r"""
+import errno, json, os, sys
+import nvmeio_torch, nvmeio_torch.safetensors as st
+folder = sys.argv[1]
+fifo = os.path.join(folder, "model")
+os.mkfifo(fifo)  # nobody writes: opening it to read the usual way waits forever
+index = os.path.join(folder, "model.safetensors.index.json")
+with open(index, "w") as f:
+    json.dump({"weight_map": {"x": "model"}}, f)
+for path in (fifo, "/dev/zero", folder):
+    for name, load in (("load", nvmeio_torch.load), ("load_file", st.load_file),
+                       ("safe_open", st.safe_open), ("load_files", st.load_files)):
+        try:
+            load(path)
+            print(name, path, "loaded")
+        except OSError as e:
+            print(name, path, errno.errorcode[e.errno], e.filename == path, e.strerror)
+print("index naming a FIFO:", end=" ")
+try:
+    st.load_files(index)
+except OSError as e:
+    print(errno.errorcode[e.errno], e.filename == fifo, e.strerror)
+"""
+
+
+def test_a_fifo_a_device_or_a_folder_is_refused_at_once_naming_it(workdir):
+    out = subprocess.run([sys.executable, "-c", SPECIAL_FILES, workdir], capture_output=True,
+                         text=True, timeout=60, env=os.environ)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 13, out.stdout
+    for line in lines[:4]:
+        assert line.endswith("EINVAL True a FIFO, not a regular file"), line
+    for line in lines[4:8]:
+        assert line.endswith("EINVAL True a character device, not a regular file"), line
+    for line in lines[8:12]:
+        assert line.endswith("EISDIR True a folder, not a regular file"), line
+    assert lines[12] == "index naming a FIFO: EINVAL True a FIFO, not a regular file"

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Per point: the medians of the old and new builds' rates and CPU per GiB over the repeats,
 and the median, min and max of the per-repeat ratios new/old (each repeat ran old and new
-back to back). Reads run.sh's output (RUNS.jsonl) or the CSV written with --csv; --round R takes
-only that round's rows of a CSV (runs.csv: 1 is the 2-core VM, 16core the lent 16-core machine).
-Usage: summarize.py RUNS.jsonl... | runs.csv [--round R] [--csv OUT.csv]"""
+back to back). Reads run.sh's output (RUNS.jsonl) or the CSV written with --csv; --round R[,R...]
+takes only those rounds' rows of a CSV (runs.csv: 1 is the 2-core VM; 16core and 16core2 two runs
+on lent 16-core machines). Usage: summarize.py RUNS.jsonl... | runs.csv [--round R] [--csv OUT.csv]"""
 import json
 import statistics
 import sys
@@ -22,7 +22,7 @@ for path in args:
     if path.endswith(".csv"):
         for line in text.splitlines()[1:]:
             f = line.split(",")
-            if only_round is not None and f[0] != only_round:
+            if only_round is not None and f[0] not in only_round.split(","):
                 continue
             rows.append((f[0], int(f[1]), f[2], f[3], f[4], f[5], int(f[6]), float(f[7]), float(f[8])))
         continue

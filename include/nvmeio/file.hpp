@@ -143,18 +143,13 @@ class file {
     /// handle the last alignment unit below 2^63, which O_DIRECT cannot address, reads as the end
     /// of the file when the file ends before it, and is an EOVERFLOW `io_error` otherwise.
     std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset) const {
-        io_failure failure;
-        const std::size_t done = read_at(buffer, length, offset, failure);
-        detail::throw_if(failure);
-        return done;
+        return detail::or_throw([&](io_failure& f) { return read_at(buffer, length, offset, f); });
     }
     /// As above, reporting failure through `ec`.
     std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset,
                         std::error_code& ec) const {
-        io_failure failure;
-        const std::size_t done = read_at(buffer, length, offset, failure);
-        ec = failure.code;
-        return done;
+        return detail::or_report(ec,
+                                 [&](io_failure& f) { return read_at(buffer, length, offset, f); });
     }
 
     /// Writes exactly `length` bytes at `offset` from `buffer` (any alignment), retrying short

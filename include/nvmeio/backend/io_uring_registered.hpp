@@ -54,20 +54,6 @@ namespace detail {
 // or shared object that includes this header is loaded (detail/memory_registry.hpp).
 inline const bool records_memory = (memory_registry::instance().start_recording(), true);
 
-// Says once per process that pinning was refused, and what happens instead.
-inline void report_pin_refusal(int error) noexcept {
-    static std::once_flag said;
-    std::call_once(said, [error] {
-        std::string why = std::system_category().message(error);
-        if (error == ENOMEM) why += ": pinning would pass RLIMIT_MEMLOCK (ulimit -l)";
-        if (error == EINVAL) why += ": this kernel has no sparse buffer tables (Linux 5.19+)";
-        std::fprintf(stderr,
-                     "nvmeio: io_uring did not pin buffers (%s); requests go on unpinned, "
-                     "each pinning its pages as it runs\n",
-                     why.c_str());
-    });
-}
-
 // One ring's registered buffers, in a sparse table of `slots`. Pin once takes the 64 MiB `piece`
 // of nvmeio's memory a request falls in (one that straddles two goes plain). Thread-safe: the
 // ring's thread looks up and pins, any thread freeing an aligned_buffer unpins; table changes
@@ -142,7 +128,7 @@ class ring_buffers final : public memory_pinner {
                 continue;
             }
             if (here) {
-                (void)update(r->slot, nullptr, 0);  // refused, it is refilled or dies with the ring
+                (void)fill(r->slot, 0, 0);  // refused, it is refilled or dies with the ring
                 free_.push_back(r->slot);
             } else {
                 later_.push_back(r->slot);  // for the ring's thread (let_go)
@@ -309,9 +295,19 @@ class ring_buffers final : public memory_pinner {
         return true;
     }
 
+    // Stops pinning, saying once per process that it was refused and what happens instead.
     bool refuse(int error) noexcept {
         refused_ = error;
-        report_pin_refusal(error);
+        static std::once_flag said;
+        std::call_once(said, [error] {
+            std::string why = std::system_category().message(error);
+            if (error == ENOMEM) why += ": pinning would pass RLIMIT_MEMLOCK (ulimit -l)";
+            if (error == EINVAL) why += ": this kernel has no sparse buffer tables (Linux 5.19+)";
+            std::fprintf(stderr,
+                         "nvmeio: io_uring did not pin buffers (%s); requests go on unpinned, "
+                         "each pinning its pages as it runs\n",
+                         why.c_str());
+        });
         return false;
     }
 
@@ -334,10 +330,10 @@ class ring_buffers final : public memory_pinner {
         return 0;
     }
 
-    // Sets `slot` to [begin, begin + length), or empties it for null; 0 or the kernel's errno.
+    // Sets `slot` to [begin, begin + length), or empties it for 0; 0 or the kernel's errno.
     // A signal that interrupts the call (one without SA_RESTART) does not stop it.
-    int update(unsigned slot, void* begin, std::size_t length) noexcept {
-        iovec v{begin, length};
+    int fill(unsigned slot, std::uintptr_t begin, std::size_t length) noexcept {
+        iovec v{reinterpret_cast<void*>(begin), length};
         int rc;
         do {
             rc = ::io_uring_register_buffers_update_tag(&ring_, slot, &v, nullptr, 1);
@@ -345,12 +341,8 @@ class ring_buffers final : public memory_pinner {
         return rc < 0 ? -rc : 0;
     }
 
-    int fill(unsigned slot, std::uintptr_t begin, std::size_t length) noexcept {
-        return update(slot, reinterpret_cast<void*>(begin), length);
-    }
-
     int empty_slot(unsigned slot) noexcept {
-        const int error = update(slot, nullptr, 0);
+        const int error = fill(slot, 0, 0);
         if (error == 0) free_.push_back(slot);
         return error;
     }

@@ -595,38 +595,27 @@ class engine {
             release(id);
             return;
         }
-        const std::uint64_t at_offset = g.offset + s.position + s.done;
+        // Fails the request's segment from where the request stands, and frees its slot.
+        const auto give_up = [&](int error, const char* why) {
+            fail(s.segment, {errno_code(error), std::string(to_string(j.op)) + why, j.target.path(),
+                             g.offset + s.position + s.done, s.length - s.done});
+            release(id);
+        };
         if (c.result == -EINTR || c.result == -EAGAIN || c.result == -ECANCELED) {
             // Transient (nvmeio never cancels, so ECANCELED comes from a signal storm): ask again
             // for the same range, within the retry budget.
-            if (j.transient.spent()) {
-                fail(s.segment, {errno_code(static_cast<int>(-c.result)),
-                                 std::string(to_string(j.op)) + " (refused again and again)",
-                                 j.target.path(), at_offset, s.length - s.done});
-                release(id);
-                return;
-            }
+            if (j.transient.spent())
+                return give_up(static_cast<int>(-c.result), " (refused again and again)");
             pending_.push_back(request_for(id));
             ++j.resubmissions;
             return;
         }
-        if (c.result < 0) {
-            fail(s.segment, {errno_code(static_cast<int>(-c.result)), to_string(j.op),
-                             j.target.path(), at_offset, s.length - s.done});
-            release(id);
-            return;
-        }
+        if (c.result < 0) return give_up(static_cast<int>(-c.result), "");
         ++j.requests;
         if (j.perf != nullptr) completion_samples_.push_back(microseconds(now - s.submitted));
         const auto moved = static_cast<std::size_t>(c.result);
-        if (moved > s.length - s.done) {
-            fail(s.segment,
-                 {errno_code(EIO),
-                  std::string(to_string(j.op)) + " (the kernel reported more bytes than asked)",
-                  j.target.path(), at_offset, s.length - s.done});
-            release(id);
-            return;
-        }
+        if (moved > s.length - s.done)
+            return give_up(EIO, " (the kernel reported more bytes than asked)");
         if (moved != 0) j.transient.reset();
         s.done += moved;
         if (s.done == s.length) {

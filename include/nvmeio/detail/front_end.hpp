@@ -26,51 +26,44 @@ namespace nvmeio {
 inline namespace v0 {
 namespace detail {
 
-// Why a transfer may not proceed, or an empty string (no allocation) when it may.
-inline std::string transfer_problem(const file& f, operation op, const void* buffer,
-                                    std::size_t length, std::uint64_t offset,
-                                    std::size_t block_size) {
+// The one precondition check of every transfer front end (the O_DIRECT rules of strategy.hpp).
+inline void check_transfer(const file& f, operation op, const void* buffer, std::size_t length,
+                           std::uint64_t offset, std::size_t block_size) {
     const auto what = [&] {  // built only for a message
         return std::string(to_string(op)) + " of " + std::to_string(length) + " bytes at offset " +
                std::to_string(offset) + " in '" + f.path() + "': ";
     };
-    if (!f.is_open()) return what() + "the file is not open";
+    if (!f.is_open()) throw_invalid(what() + "the file is not open");
     if (op == operation::write && f.mode() == open_mode::read) {
-        return what() + "the file was opened with open_mode::read";
+        throw_invalid(what() + "the file was opened with open_mode::read");
     }
-    if (length == 0) return {};
-    if (buffer == nullptr) return what() + "the buffer is null";
+    if (length == 0) return;
+    if (buffer == nullptr) throw_invalid(what() + "the buffer is null");
     if (offset > std::numeric_limits<std::uint64_t>::max() - length ||
         offset + length > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
-        return what() + "the range passes the largest file offset";
+        throw_invalid(what() + "the range passes the largest file offset");
     }
-    if (!f.is_direct()) return {};
+    if (!f.is_direct()) return;
     const dio_alignment& a = f.alignment();
     if (!is_aligned(buffer, a.memory)) {
         char address[32];
         std::snprintf(address, sizeof address, "%p", buffer);
-        return what() + "buffer address " + address + " is not a multiple of " +
-               std::to_string(a.memory) +
-               " bytes, which O_DIRECT on this file requires (use aligned_buffer or "
-               "aligned_allocator, or open the file with direct_io::off)";
+        throw_invalid(what() + "buffer address " + address + " is not a multiple of " +
+                      std::to_string(a.memory) +
+                      " bytes, which O_DIRECT on this file requires (use aligned_buffer or "
+                      "aligned_allocator, or open the file with direct_io::off)");
     }
     if (!is_aligned(offset, a.offset)) {
-        return what() + "the offset is not a multiple of " + std::to_string(a.offset) +
-               " bytes, which O_DIRECT on this file requires (use file::read_at/write_at for "
-               "unaligned ranges)";
+        throw_invalid(
+            what() + "the offset is not a multiple of " + std::to_string(a.offset) +
+            " bytes, which O_DIRECT on this file requires (use file::read_at/write_at for "
+            "unaligned ranges)");
     }
     if (!is_aligned(block_size, a.strictest())) {
-        return what() + "block_size " + std::to_string(block_size) + " is not a multiple of " +
-               std::to_string(a.strictest()) + " bytes, the O_DIRECT alignment of this file";
+        throw_invalid(what() + "block_size " + std::to_string(block_size) +
+                      " is not a multiple of " + std::to_string(a.strictest()) +
+                      " bytes, the O_DIRECT alignment of this file");
     }
-    return {};
-}
-
-// The one precondition check of every transfer front end (the O_DIRECT rules of strategy.hpp).
-inline void check_transfer(const file& f, operation op, const void* buffer, std::size_t length,
-                           std::uint64_t offset, std::size_t block_size) {
-    std::string problem = transfer_problem(f, op, buffer, length, offset, block_size);
-    if (!problem.empty()) throw_invalid(problem);
 }
 
 [[noreturn]] inline void throw_bad_request(const file& f, std::size_t index, const batch_request& r,

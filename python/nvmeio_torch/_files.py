@@ -109,13 +109,13 @@ def make_handle(block_size=1 << 20, queue_depth=32, intra_op_parallelism=None, b
     return _C.aio_handle(backend=backend or "libaio", **settings)
 
 
-def cpus(most):
+def cpus(most=None):
     """The CPUs this process may run on (its affinity, where the OS says), at most ``most``."""
     try:
         count = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         count = os.cpu_count() or 1
-    return max(1, min(most, count))
+    return max(1, count if most is None else min(most, count))
 
 
 def _populate_chunks(arenas, pieces):

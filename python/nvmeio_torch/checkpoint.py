@@ -172,6 +172,8 @@ def _write(records, contents, pickled, temporary, handle):
     """Fills the empty file `temporary` with the planned archive: the storages' bytes
     (`contents`) in one asynchronous batch while their CRC-32s are computed, then the pickle,
     the headers and the central directory in one more."""
+    from ._files import cpus
+
     data_records = records[1:1 + len(contents)]
     writes = [(t, r.data_offset) for t, r in zip(contents, data_records) if r.size]
     pending = False
@@ -181,7 +183,7 @@ def _write(records, contents, pickled, temporary, handle):
                                       [offset for _, offset in writes])
             pending = True
         # The CRCs are computed while the data is written.
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as executor:
+        with ThreadPoolExecutor(max_workers=cpus()) as executor:  # the CPUs it may run on
             crcs = _zip.crc32_pieces(executor)
             indices = [crcs.add(t.numpy()) for t in contents]
             for r, index in zip(data_records, indices):

@@ -343,3 +343,24 @@ def test_small_loads_start_no_helpers(workdir, monkeypatch):
     nst.save_file({"x": random_bytes(1 << 20)}, path)
     nst.load_file(path)
     assert calls == []
+
+
+def test_the_save_and_the_helpers_use_only_the_cpus_the_process_may_run_on(workdir, monkeypatch):
+    # A process pinned to one CPU of many (taskset, a container's cpuset) gets one CRC thread
+    # and one helper, not one per CPU of the machine.
+    import nvmeio_torch.checkpoint as checkpoint
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    pools = []
+    real_pool = checkpoint.ThreadPoolExecutor
+
+    def recording_pool(max_workers):
+        pools.append(max_workers)
+        return real_pool(max_workers)
+    monkeypatch.setattr(checkpoint, "ThreadPoolExecutor", recording_pool)
+    state = {"w": random_bytes(40 << 20, seed=5)}
+    path = os.path.join(workdir, "state.pt")
+    nvmeio_torch.save(state, path)
+    assert pools == [1]
+    assert _files.cpus() == 1 and _files.cpus(8) == 1
+    assert torch.equal(nvmeio_torch.load(path)["w"], state["w"])

@@ -6,6 +6,7 @@ import os
 import stat
 import threading
 import time
+import types
 
 import pytest
 import torch
@@ -323,17 +324,34 @@ def test_a_failed_load_leaves_no_helper_running(workdir):
 
 
 def test_the_helpers_stop_when_the_reads_end(monkeypatch):
-    calls = []
+    """Each helper's populate call is held until the helpers are told to stop; the reads end
+    while every helper is inside its first chunk, so each must take exactly one of the 64."""
+    stops = []
 
-    def slow(arena, offset, length):
-        calls.append(offset)
-        time.sleep(0.02)
+    class RecordedEvent(threading.Event):
+        def __init__(self):
+            super().__init__()
+            stops.append(self)
+
+    calls = []
+    entered = threading.Condition()
+
+    def held(arena, offset, length):
+        with entered:
+            calls.append(offset)
+            entered.notify_all()
+        assert stops[0].wait(timeout=30), "the helpers were never told to stop"
         return True
-    monkeypatch.setattr(_C, "populate", slow)
+    monkeypatch.setattr(_C, "populate", held)
     monkeypatch.setattr(_files, "POPULATE_CHUNK", 1 << 20)  # 64 chunks
+    monkeypatch.setattr(_files, "threading", types.SimpleNamespace(
+        Event=RecordedEvent, Lock=threading.Lock, Thread=threading.Thread))
+    helpers = _files.cpus(8)
     with _files.populating([_C.aligned_tensor(64 << 20)]):
-        pass  # reads that end at once
-    assert 1 <= len(calls) <= _files.cpus(8)
+        with entered:  # the reads end once every helper is populating
+            assert entered.wait_for(lambda: len(calls) == helpers, timeout=30)
+    assert len(stops) == 1 and stops[0].is_set()
+    assert len(calls) == helpers  # none took a chunk after the reads ended
     assert not [t for t in threading.enumerate() if t.name == "nvmeio-populate"]
 
 

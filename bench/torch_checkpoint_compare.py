@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """A GPT-style state dict saved and loaded in torch's checkpoint format: nvmeio_torch.save /
 nvmeio_torch.load against torch.save + os.fsync / torch.load, and fio writing and reading the
-same number of bytes with O_DIRECT (what the device gives).
+same number of bytes with O_DIRECT (what the device gives). Method nvmeio_aligned saves the
+same state dict built in nvmeio's page-aligned memory (as DeepSpeed's pinned tensors are): on a
+device whose O_DIRECT takes only 512-byte aligned memory (loop, virtio) it needs no bounce copy,
+as every torch tensor needs none on NVMe, which takes 4-byte aligned memory.
 
 Each run is a fresh process, the page cache dropped before it; within a round each method
 saves, then loads (cold) its own file, which is then removed, the methods in an order shuffled
@@ -9,7 +12,7 @@ per round. Seconds are the operation's alone (the state dict is built before the
 fio's own runtime); medians over the rounds and ratios taken within each round.
 
     bench/torch_checkpoint_compare.py --folder DIR [--size 2G] [--rounds 5] [--hidden 2048]
-        [--build build-test-g++-17] [--fio /usr/bin/fio]
+        [--build build-test-g++-17] [--fio /usr/bin/fio] [--methods nvmeio torch fio]
 """
 
 import argparse
@@ -28,7 +31,7 @@ sys.path.insert(0, os.path.join(ROOT, "support"))
 from measure import drop_caches, median_ratio  # noqa: E402
 
 GiB = 1 << 30
-METHODS = ("nvmeio", "torch", "fio")
+METHODS = ("nvmeio", "nvmeio_aligned", "torch", "fio")
 
 # Runs one save or load in a fresh process; prints {"seconds", "bytes"} as JSON.
 CHILD = r"""
@@ -39,9 +42,9 @@ method, op, path, size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 hidden = int(sys.argv[6])
 import nvmeio_torch
 if op == "save":
-    sd = gpt_state_dict(size, hidden)
+    sd = gpt_state_dict(size, hidden, aligned=method == "nvmeio_aligned")
     start = time.perf_counter()
-    if method == "nvmeio":
+    if method.startswith("nvmeio"):
         nvmeio_torch.save(sd, path)
     else:
         torch.save(sd, path)
@@ -51,7 +54,7 @@ if op == "save":
     seconds = time.perf_counter() - start
 else:
     start = time.perf_counter()
-    sd = nvmeio_torch.load(path) if method == "nvmeio" else torch.load(path)
+    sd = nvmeio_torch.load(path) if method.startswith("nvmeio") else torch.load(path)
     seconds = time.perf_counter() - start
     check(sd, size, hidden)
 print(json.dumps({"seconds": seconds,
@@ -96,12 +99,19 @@ def gpt_shapes(size, hidden):
     return [(name, shape, dtype, nbytes(shape, dtype)) for name, shape, dtype in shapes]
 
 
-def gpt_state_dict(size, hidden):
-    """The state dict of gpt_shapes, each tensor filled with its index (mod 1000)."""
+def gpt_state_dict(size, hidden, aligned=False):
+    """The state dict of gpt_shapes, each tensor filled with its index (mod 1000); with
+    `aligned`, each tensor over its own page-aligned memory from nvmeio_torch."""
     import torch
 
-    return {name: torch.full(shape, float(i % 1000), dtype=dtype)
-            for i, (name, shape, dtype, _) in enumerate(gpt_shapes(size, hidden))}
+    def tensor(shape, dtype, nbytes):
+        if not aligned:
+            return torch.empty(shape, dtype=dtype)
+        from nvmeio_torch import _C
+        return _C.aligned_tensor(nbytes).view(dtype).view(shape)
+
+    return {name: tensor(shape, dtype, nbytes).fill_(float(i % 1000))
+            for i, (name, shape, dtype, nbytes) in enumerate(gpt_shapes(size, hidden))}
 
 
 def check(sd, size, hidden):
@@ -161,7 +171,10 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build-test-g++-17"))
     p.add_argument("--fio", default="/usr/bin/fio")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--methods", nargs="+", choices=METHODS, default=["nvmeio", "torch", "fio"])
     args = p.parse_args()
+    if not {"torch", "fio"} <= set(args.methods):
+        p.error("--methods must include torch and fio, the references every ratio needs")
     size = size_of(args.size)
     if not drop_caches():
         sys.exit("torch_checkpoint_compare: cannot drop the page cache (run as root); "
@@ -171,7 +184,7 @@ def main():
     nbytes = sum(n for _, _, _, n in gpt_shapes(size, args.hidden))  # what fio moves too
     runs = []
     for round_ in range(args.rounds):
-        order = list(METHODS)
+        order = list(args.methods)
         rng.shuffle(order)
         for method in order:
             path = os.path.join(args.folder, f"checkpoint.{method}")
@@ -197,12 +210,12 @@ def report(args, runs):
     print(f"machine: {cpu}, {os.cpu_count()} CPUs, kernel {platform.release()}; page cache "
           "dropped before every run; fio: 1 MiB blocks, io_uring, depth 32, O_DIRECT "
           "(writes with end_fsync)")
-    print(f"{'op':6}{'method':9}{'GiB/s':>8}{'seconds':>9}{'process s':>11}"
+    print(f"{'op':6}{'method':15}{'GiB/s':>8}{'seconds':>9}{'process s':>11}"
           f"{'x torch':>9}{'x fio':>8}   per-round x torch / x fio")
     for op in ("save", "load"):
         by = {m: {r["round"]: r for r in runs if r["op"] == op and r["method"] == m}
-              for m in METHODS}
-        for m in METHODS:
+              for m in args.methods}
+        for m in args.methods:
             seconds = statistics.median(r["seconds"] for r in by[m].values())
             process = statistics.median(r["process"] for r in by[m].values())
             rate = {i: r["bytes"] / r["seconds"] for i, r in by[m].items()}
@@ -213,7 +226,7 @@ def report(args, runs):
                 f"{rate[i] / (by['torch'][i]['bytes'] / by['torch'][i]['seconds']):.2f}/"
                 f"{rate[i] / (by['fio'][i]['bytes'] / by['fio'][i]['seconds']):.2f}"
                 for i in sorted(rate))
-            print(f"{op:6}{m:9}{nbytes / GiB / seconds:8.2f}{seconds:9.2f}{process:11.2f}"
+            print(f"{op:6}{m:15}{nbytes / GiB / seconds:8.2f}{seconds:9.2f}{process:11.2f}"
                   f"{vs['torch']:9.2f}{vs['fio']:8.2f}   {per_round}")
 
 

@@ -2,8 +2,8 @@
 """Per point: the medians of the old and new builds' rates and CPU per GiB over the repeats,
 and the median, min and max of the per-repeat ratios new/old (each repeat ran old and new
 back to back). Reads run.sh's output (RUNS.jsonl) or the CSV written with --csv; --round R[,R...]
-takes only those rounds' rows of a CSV (runs.csv: 1 is the 2-core VM; 16core, 16core2 and 16core3 three runs
-on lent 16-core machines). Usage: summarize.py RUNS.jsonl... | runs.csv [--round R] [--csv OUT.csv]"""
+takes only those rounds' rows of a CSV (runs.csv: 1 is the 2-core VM; 16core, 16core2 and
+16core3 are runs on three lent 16-core machines). Usage: summarize.py RUNS.jsonl... | runs.csv [--round R] [--csv OUT.csv]"""
 import json
 import statistics
 import sys

@@ -3,7 +3,7 @@
 and the median, min and max of the per-repeat ratios new/old (each repeat ran old and new
 back to back). Reads run.sh's output (RUNS.jsonl) or the CSV written with --csv; --round R[,R...]
 takes only those rounds' rows of a CSV (runs.csv: 1 is the 2-core VM; 16core, 16core2 and
-16core3 are runs on three lent 16-core machines). Usage: summarize.py RUNS.jsonl... | runs.csv [--round R] [--csv OUT.csv]"""
+16core3 are runs on three lent 16-core machines; vm64k io_uring at 64 KiB alone on the VM). Usage: summarize.py RUNS.jsonl... | runs.csv [--round R] [--csv OUT.csv]"""
 import json
 import statistics
 import sys

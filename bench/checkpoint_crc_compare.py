@@ -23,7 +23,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "support"))
-from measure import drop_caches  # noqa: E402
+from measure import count_arg, drop_caches  # noqa: E402
 
 METHODS = ("save", "save_zlib", "save_nocrc", "crc", "crc_zlib", "write_torch", "write_aligned",
            "fio")
@@ -72,7 +72,7 @@ print(time.perf_counter() - start)
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--folder", required=True)
-    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--rounds", type=count_arg, default=7)
     p.add_argument("--build", default=os.path.join(ROOT, "build-test-g++-17"))
     args = p.parse_args()
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"))

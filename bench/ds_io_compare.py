@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "python", "deepspeed_compat"), os.path.join(ROOT, "support")]
 import tree  # noqa: E402
-from measure import drop_caches, median_ratio  # noqa: E402
+from measure import count_arg, drop_caches, median_ratio, size_arg  # noqa: E402
 
 GiB = 1 << 30
 
@@ -104,12 +104,11 @@ def main():
     p.add_argument("--deepspeed-extension", help="DeepSpeed's built async_io op (.so)")
     p.add_argument("--folder", required=True, help="where the 1 GiB files go (O_DIRECT)")
     p.add_argument("--build", default=os.path.join(ROOT, "build-test-g++-17"))
-    p.add_argument("--size", type=lambda s: int(float(s[:-1]) * GiB) if s.endswith("G") else int(s),
-                   default=GiB)
-    p.add_argument("--block-size", type=int, default=1 << 20)
-    p.add_argument("--queue-depth", type=int, default=32)
-    p.add_argument("--parallelism", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--size", type=size_arg, default="1G")
+    p.add_argument("--block-size", type=size_arg, default="1M")
+    p.add_argument("--queue-depth", type=count_arg, default=32)
+    p.add_argument("--parallelism", type=count_arg, nargs="+", default=[1, 2])
+    p.add_argument("--rounds", type=count_arg, default=5)
     p.add_argument("--json", help="write every run here")
     args = p.parse_args()
     if shutil.which("fio") is None:

@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "python", "deepspeed_compat"), os.path.join(ROOT, "support")]
 import tree  # noqa: E402
-from measure import drop_caches, median_ratio  # noqa: E402
+from measure import count_arg, drop_caches, median_ratio, size_arg  # noqa: E402
 
 CHILD = r"""
 import os, sys, time, torch
@@ -45,9 +45,9 @@ def main():
     p.add_argument("--deepspeed-extension", required=True)
     p.add_argument("--folder", required=True)
     p.add_argument("--build", default=os.path.join(ROOT, "build-test-g++-17"))
-    p.add_argument("--tensors", type=int, default=64)
-    p.add_argument("--tensor-size", type=int, default=16 << 20)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--tensors", type=count_arg, default=64)
+    p.add_argument("--tensor-size", type=size_arg, default="16M")
+    p.add_argument("--rounds", type=count_arg, default=5)
     args = p.parse_args()
     scratch = tempfile.mkdtemp()
     tree.lay_out(args.deepspeed_source, scratch)

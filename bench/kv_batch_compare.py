@@ -19,7 +19,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "support"))
-from measure import drop_caches, median_ratio  # noqa: E402
+from measure import count_arg, drop_caches, median_ratio, size_arg  # noqa: E402
 
 CHILD = r"""
 import os, random, sys, time, torch, nvmeio_torch
@@ -42,18 +42,14 @@ print(time.perf_counter() - start)
 """
 
 
-def size_of(text):
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--folder", required=True)
     p.add_argument("--build", default=os.path.join(ROOT, "build-test-g++-17"))
-    p.add_argument("--blocks", type=int, default=1024)
-    p.add_argument("--block-size", default="64K,4K")
-    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--blocks", type=count_arg, default=1024)
+    p.add_argument("--block-size", type=lambda text: [size_arg(t) for t in text.split(",")],
+                   default="64K,4K")
+    p.add_argument("--rounds", type=count_arg, default=7)
     p.add_argument("--backend", default="io_uring")
     args = p.parse_args()
     if not drop_caches():
@@ -65,7 +61,7 @@ def main():
           f"{args.folder}")
     print("| block | op | one batch call GiB/s | one call per block GiB/s | ratio (median per round) |")
     print("|---|---|---:|---:|---:|")
-    for size in map(size_of, args.block_size.split(",")):
+    for size in args.block_size:
         path = os.path.join(args.folder, f"kv-{size}.bin")
         with open(path, "wb") as f:  # 8 slots per block moved: the blocks lie scattered
             f.truncate(8 * args.blocks * size)

@@ -32,7 +32,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "support"))
-from measure import drop_caches, median_ratio  # noqa: E402
+from measure import count_arg, drop_caches, median_ratio, size_arg  # noqa: E402
 
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -173,10 +173,6 @@ print(json.dumps({"seconds": seconds, "bytes": loaded, "grown": grown, "digest":
 """
 
 
-def size_arg(text):
-    units = {"K": 1 << 10, "M": MiB, "G": GiB}
-    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
-
 
 def make_model(args):
     """A GPT-style model (hidden 2048, bf16 weights, f32 norms) of about ``args.size`` bytes in
@@ -239,9 +235,9 @@ def fio_run(paths, block_size, queue_depth):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--folder", required=True, help="where the model goes (O_DIRECT-capable)")
-    p.add_argument("--size", type=size_arg, default=size_arg("2.25G"))
-    p.add_argument("--shards", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--size", type=size_arg, default="2.25G")
+    p.add_argument("--shards", type=count_arg, default=4)
+    p.add_argument("--rounds", type=count_arg, default=5)
     p.add_argument("--cap", type=size_arg, default=256 * MiB, help="stream's max_bytes")
     p.add_argument("--build", default=os.path.join(ROOT, "build-st"))
     p.add_argument("--methods", nargs="+",

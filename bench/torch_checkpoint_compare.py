@@ -30,7 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "support"))
-from measure import drop_caches, median_ratio  # noqa: E402
+from measure import count_arg, drop_caches, median_ratio, size_arg  # noqa: E402
 
 GiB = 1 << 30
 METHODS = ("nvmeio", "nvmeio_aligned", "torch", "fio")
@@ -158,18 +158,12 @@ def run(args, method, op, path, size):
     return result
 
 
-def size_of(text):
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units \
-        else int(text)
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--folder", required=True)
-    p.add_argument("--size", default="2G", help="bytes of tensors, at least (K, M, G)")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--size", type=size_arg, default="2G", help="bytes of tensors, at least (K, M, G)")
+    p.add_argument("--rounds", type=count_arg, default=5)
+    p.add_argument("--hidden", type=count_arg, default=2048)
     p.add_argument("--build", default=os.path.join(ROOT, "build-test-g++-17"))
     p.add_argument("--fio", default="/usr/bin/fio")
     p.add_argument("--seed", type=int, default=1)
@@ -179,7 +173,7 @@ def main():
         p.error("--methods must include torch and fio, the references every ratio needs")
     if len(set(args.methods)) != len(args.methods):
         p.error("--methods names a method twice")
-    size = size_of(args.size)
+    size = args.size
     if not drop_caches():
         sys.exit("torch_checkpoint_compare: cannot drop the page cache (run as root); "
                  "no cold figures")

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The floors of include/nvmeio/, which a reviewer would otherwise check by eye:
-#  - a front end (strategy, batch, parallel, async, stripe, verify) includes the vocabulary, the
-#    contexts, the lower public headers and detail/, never another front end, except that
-#    parallel and stripe include strategy, whose transfer/read/write they serve on a parallel
-#    context;
+#  - a front end (strategy, batch, parallel, async, stripe, verify, staged) includes the
+#    vocabulary, the contexts, the lower public headers and detail/, never another front end,
+#    except that parallel and stripe include strategy, whose transfer/read/write they serve on a
+#    parallel context, and staged, whose slots each move as one transfer;
 #  - detail/ lies below the public headers it serves: it includes detail/ and the lower public
 #    headers only (never a context, a front end or the umbrella);
 #  - those lower headers (file, the backends, the vocabulary) include only the floor of detail/:
@@ -14,15 +14,15 @@
 set -euo pipefail
 root=${1:-$(dirname "$0")/../include}
 cd "$root/nvmeio"
-front_ends="strategy batch parallel async stripe verify"
-lower="error perf alignment transfer file file_modes aligned_allocator compare version backend/request"
+front_ends="strategy batch parallel async stripe verify staged"
+lower="error perf alignment transfer file file_modes aligned_allocator compare version backend/request cuda"
 is_in() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
 includes() { sed -n 's|^#include "nvmeio/\(.*\)\.[hi]pp"|\1|p' "$1"; }  # FILE
 bad=0
 report() { echo "layout: $1.hpp includes nvmeio/$2.hpp: $3"; bad=1; }
 for f in $front_ends; do
   for i in $(includes "$f.hpp"); do
-    if is_in "$i" $front_ends && ! { [[ $i == strategy ]] && is_in "$f" parallel stripe; }; then
+    if is_in "$i" $front_ends && ! { [[ $i == strategy ]] && is_in "$f" parallel stripe staged; }; then
       report "$f" "$i" "a front end includes another front end"
     fi
     if [[ $i == nvmeio ]]; then report "$f" "$i" "a front end includes the umbrella"; fi

@@ -1,7 +1,8 @@
 #pragma once
 /// \file transfer.hpp
 /// The vocabulary every front end speaks: which way bytes move, how a transfer runs, what it
-/// reports, the requests and outcomes of batches, and the options of every context. Words only.
+/// reports, the requests and outcomes of batches and staged transfers, and the options of every
+/// context. Words only.
 
 #include <chrono>
 #include <cstddef>
@@ -172,6 +173,33 @@ struct batch_outcome {
         }
         return results.size();
     }
+};
+
+/// One range of a staged transfer's plan: `length` bytes at `offset` of `files[file]`, and the
+/// memory they go to (a read) or come from (a write).
+struct staged_range {
+    std::size_t file = 0;        ///< Index into the transfer's files.
+    std::uint64_t offset = 0;    ///< File offset of the first byte.
+    std::size_t length = 0;      ///< Bytes (0: the range completes at once).
+    std::uintptr_t address = 0;  ///< The memory: the copy engine's (a device address) or host's.
+    /// Host memory, copied with memcpy by the transfer itself (a file header beside tensors on
+    /// a GPU); false: the copy engine's memory.
+    bool on_host = false;
+};
+
+/// The ring: K slots of `slot_size` bytes.
+struct ring_options {
+    /// Slots (>= 1; 2 or more overlap I/O with copies).
+    unsigned slots = 4;
+    /// Bytes per slot: a positive multiple of 4096 and of every file's O_DIRECT unit.
+    std::size_t slot_size = std::size_t{64} << 20;
+};
+
+/// What a staged transfer did.
+struct staged_outcome {
+    std::uint64_t file_bytes = 0;  ///< Bytes moved between files and slots (aligned supersets).
+    std::size_t windows = 0;       ///< Slot fills (each one `transfer` of a slot's bytes).
+    std::size_t copies = 0;        ///< Copies started on the copy engine.
 };
 
 }  // namespace v0

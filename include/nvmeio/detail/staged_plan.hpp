@@ -1,0 +1,151 @@
+#pragma once
+/// \file detail/staged_plan.hpp
+/// The plan of a staged transfer (staged.hpp): the one check of its ranges, and the windows (one
+/// slot's bytes of one file, moved as one transfer) with the pieces of ranges each holds. Pure:
+/// no I/O, tested on its own.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "nvmeio/alignment.hpp"
+#include "nvmeio/error.hpp"
+#include "nvmeio/transfer.hpp"
+
+namespace nvmeio {
+inline namespace v0 {
+
+namespace detail {
+
+// A staged transfer's windows and the pieces of ranges each holds.
+struct staged_plan {
+    struct piece {
+        std::size_t range;  // index in the caller's plan
+        std::size_t at;     // byte of the window (and so of the slot)
+        std::size_t from;   // byte of the range
+        std::size_t length;
+    };
+    struct window {
+        std::size_t file;
+        std::uint64_t offset;  // aligned to the file's O_DIRECT unit
+        std::size_t length;    // the last window of a run may end unaligned
+        std::size_t first_piece, end_piece;
+        bool covered;  // its pieces cover every byte (a write then reads nothing first)
+    };
+    std::vector<window> windows;
+    std::vector<piece> pieces;
+    std::vector<std::size_t> pieces_of_range;  // left to complete, per range
+    std::vector<std::size_t> empty_ranges;     // complete at once
+};
+
+inline std::string describe_range(std::size_t index, const staged_range& r) {
+    return "range " + std::to_string(index) + " (" + std::to_string(r.length) +
+           " bytes at offset " + std::to_string(r.offset) + " of file " + std::to_string(r.file) +
+           ")";
+}
+
+// The one check of a staged transfer (std::invalid_argument naming the range), and its plan.
+// `unit(i)` is file i's O_DIRECT unit (1 where none applies), `size(i)` its size.
+template <class Unit, class Size>
+staged_plan plan_staged(operation op, std::size_t file_count,
+                        const std::vector<staged_range>& ranges, std::size_t slot_size, Unit&& unit,
+                        Size&& size) {
+    staged_plan plan;
+    plan.pieces_of_range.assign(ranges.size(), 0);
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+        const staged_range& r = ranges[i];
+        if (r.file >= file_count) {
+            throw_invalid("staged " + std::string(to_string(op)) + ": " + describe_range(i, r) +
+                          " names a file past the " + std::to_string(file_count) + " given");
+        }
+        if (r.length == 0) {
+            plan.empty_ranges.push_back(i);
+            continue;
+        }
+        if (r.address == 0) {
+            throw_invalid("staged " + std::string(to_string(op)) + ": " + describe_range(i, r) +
+                          " has a null address");
+        }
+        if (r.offset > std::numeric_limits<std::uint64_t>::max() - r.length ||
+            (op == operation::read &&
+             r.offset + r.length > static_cast<std::uint64_t>(size(r.file)))) {
+            throw_invalid("staged read: " + describe_range(i, r) + " ends past the file's " +
+                          std::to_string(size(r.file)) + " bytes");
+        }
+        if (slot_size % unit(r.file) != 0) {
+            throw_invalid("staged " + std::string(to_string(op)) + ": slot size " +
+                          std::to_string(slot_size) + " is not a multiple of file " +
+                          std::to_string(r.file) + "'s O_DIRECT unit " +
+                          std::to_string(unit(r.file)));
+        }
+        order.push_back(i);
+    }
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        const staged_range& x = ranges[a];
+        const staged_range& y = ranges[b];
+        return x.file != y.file ? x.file < y.file : x.offset < y.offset;
+    });
+    // Runs: ranges of one file whose aligned units touch or overlap, so no unit is moved twice.
+    for (std::size_t first = 0; first < order.size();) {
+        const staged_range& head = ranges[order[first]];
+        const std::uint64_t u = unit(head.file);
+        const std::uint64_t begin = align_down(head.offset, u);
+        std::uint64_t end = head.offset + head.length;
+        std::size_t last = first + 1;
+        for (; last < order.size(); ++last) {
+            const staged_range& next = ranges[order[last]];
+            if (next.file != head.file || align_down(next.offset, u) > align_up(end, u)) break;
+            if (op == operation::write && next.offset < end) {
+                throw_invalid("staged write: " + describe_range(order[last], next) +
+                              " overlaps another range of its file");
+            }
+            end = std::max<std::uint64_t>(end, next.offset + next.length);
+        }
+        const std::size_t first_window = plan.windows.size();
+        for (std::uint64_t at = begin; at < end; at += slot_size) {
+            plan.windows.push_back(
+                {head.file, at,
+                 static_cast<std::size_t>(std::min<std::uint64_t>(slot_size, end - at)), 0, 0,
+                 false});
+        }
+        // Each range's pieces, window by window; a window's pieces are in file order.
+        std::vector<std::vector<staged_plan::piece>> by_window(plan.windows.size() - first_window);
+        for (std::size_t k = first; k < last; ++k) {
+            const std::size_t i = order[k];
+            const staged_range& r = ranges[i];
+            for (std::uint64_t at = r.offset; at < r.offset + r.length;) {
+                const std::size_t w = static_cast<std::size_t>((at - begin) / slot_size);
+                const std::uint64_t window_end =
+                    plan.windows[first_window + w].offset + plan.windows[first_window + w].length;
+                const std::uint64_t stop = std::min<std::uint64_t>(window_end, r.offset + r.length);
+                by_window[w].push_back(
+                    {i, static_cast<std::size_t>(at - plan.windows[first_window + w].offset),
+                     static_cast<std::size_t>(at - r.offset), static_cast<std::size_t>(stop - at)});
+                ++plan.pieces_of_range[i];
+                at = stop;
+            }
+        }
+        for (std::size_t w = 0; w < by_window.size(); ++w) {
+            staged_plan::window& window = plan.windows[first_window + w];
+            window.first_piece = plan.pieces.size();
+            std::size_t covered_to = 0;
+            for (const staged_plan::piece& p : by_window[w]) {
+                if (p.at <= covered_to) covered_to = std::max(covered_to, p.at + p.length);
+                plan.pieces.push_back(p);
+            }
+            window.end_piece = plan.pieces.size();
+            window.covered = covered_to == window.length;
+        }
+        first = last;
+    }
+    return plan;
+}
+
+}  // namespace detail
+
+}  // namespace v0
+}  // namespace nvmeio

@@ -1,0 +1,395 @@
+#pragma once
+/// \file staged.hpp
+/// Staged transfers: bytes between files and memory nvmeio cannot hand to the kernel (a GPU's)
+/// through a ring of K aligned host slots, with a copy engine moving each slot's bytes on while
+/// the next slot's I/O runs. Reads: file → slot (one `transfer`, O_DIRECT) → copy engine → each
+/// range's memory; a slot is read into again only after its copies completed. Writes run the
+/// other way. Host memory is the ring's K × slot bytes, whatever the size of the plan.
+///
+/// The plan is per byte range, not per object: a range may straddle slots, ranges of one file
+/// whose aligned units touch are read (or written) as one run, so every byte of the file is
+/// moved once, and a zero-length range completes at once.
+///
+/// A copy engine is any type with these members (`host_copy_engine` below is the reference;
+/// cuda.hpp has the GPU's; slots are numbered 0..K-1):
+/// - `attach(std::byte* memory, std::size_t slot_size, unsigned slots)`: the ring's memory,
+///   once (page-lock it, make one completion marker per slot); `detach() noexcept` undoes it
+///   after waiting for every slot;
+/// - `copy_from_slot(slot, std::uintptr_t to, const std::byte* from, n)` and
+///   `copy_to_slot(slot, std::byte* to, std::uintptr_t from, n)`: start a copy (it may complete
+///   later, and may read or write the slot until then);
+/// - `record(slot)`: the slot's copies started so far complete together;
+/// - `wait(slot)`: blocks until they have (throws if one failed); `ready(slot)`: asks, without
+///   blocking.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nvmeio/aligned_allocator.hpp"
+#include "nvmeio/detail/staged_plan.hpp"
+#include "nvmeio/error.hpp"
+#include "nvmeio/file.hpp"
+#include "nvmeio/strategy.hpp"
+#include "nvmeio/transfer.hpp"
+
+namespace nvmeio {
+inline namespace v0 {
+
+/// A staged transfer's I/O failure, and the first range (in the caller's order) it concerns.
+class staged_error : public io_error {
+  public:
+    /// `failure` happened while moving bytes of `range`.
+    staged_error(io_failure failure, std::size_t range)
+        : io_error(std::move(failure)), range_(range) {}
+    /// Index of the range in the plan.
+    [[nodiscard]] std::size_t range() const noexcept { return range_; }
+
+  private:
+    std::size_t range_;
+};
+
+/// The reference copy engine: memcpy between slots and host addresses, complete at once.
+class host_copy_engine {
+  public:
+    /// Nothing to lock or mark.
+    void attach(std::byte*, std::size_t, unsigned) noexcept {}
+    /// Nothing to undo.
+    void detach() noexcept {}
+    /// Copies `n` bytes of the slot to host address `to`.
+    void copy_from_slot(unsigned, std::uintptr_t to, const std::byte* from, std::size_t n) {
+        std::memcpy(reinterpret_cast<void*>(to), from, n);
+    }
+    /// Copies `n` bytes at host address `from` into the slot.
+    void copy_to_slot(unsigned, std::byte* to, std::uintptr_t from, std::size_t n) {
+        std::memcpy(to, reinterpret_cast<const void*>(from), n);
+    }
+    /// Copies are complete when started.
+    void record(unsigned) noexcept {}
+    /// Copies are complete when started.
+    void wait(unsigned) noexcept {}
+    /// Always.
+    [[nodiscard]] bool ready(unsigned) const noexcept { return true; }
+};
+
+/// K aligned slots attached to a copy engine (page-locked by a GPU's) for as long as the ring
+/// lives; reused by every staged transfer through it. Move-only; not for two transfers at once.
+template <class CopyEngine>
+class staging_ring {
+  public:
+    /// Allocates `options.slots × options.slot_size` bytes and attaches them to `engine`, which
+    /// must outlive the ring. std::invalid_argument for a bad option, naming it.
+    staging_ring(CopyEngine& engine, ring_options options)
+        : engine_(&engine),
+          options_(checked(options)),
+          memory_(options_.slot_size * options_.slots) {
+        engine_->attach(memory_.data(), options_.slot_size, options_.slots);
+    }
+    staging_ring(const staging_ring&) = delete;
+    staging_ring& operator=(const staging_ring&) = delete;
+    /// Takes the other's memory and attachment.
+    staging_ring(staging_ring&& other) noexcept
+        : engine_(std::exchange(other.engine_, nullptr)),
+          options_(other.options_),
+          memory_(std::move(other.memory_)) {}
+    staging_ring& operator=(staging_ring&&) = delete;
+    /// Detaches the memory (the engine waits for every slot) and frees it.
+    ~staging_ring() {
+        if (engine_ != nullptr) engine_->detach();
+    }
+
+    /// The copy engine.
+    [[nodiscard]] CopyEngine& engine() const noexcept { return *engine_; }
+    /// Slots and their size.
+    [[nodiscard]] const ring_options& options() const noexcept { return options_; }
+    /// The first byte of slot `slot`.
+    [[nodiscard]] std::byte* slot(unsigned slot) noexcept {
+        return memory_.data() + std::size_t{slot} * options_.slot_size;
+    }
+    /// Host bytes the ring holds.
+    [[nodiscard]] std::size_t bytes() const noexcept { return memory_.size(); }
+
+  private:
+    static ring_options checked(ring_options options) {
+        if (options.slots == 0) detail::throw_invalid("staging_ring: slots must be at least 1");
+        if (options.slot_size == 0 || options.slot_size % 4096 != 0 ||
+            options.slot_size > std::numeric_limits<std::size_t>::max() / options.slots) {
+            detail::throw_invalid("staging_ring: slot_size " + std::to_string(options.slot_size) +
+                                  " is not a positive multiple of 4096 whose " +
+                                  std::to_string(options.slots) + " slots fit in memory");
+        }
+        return options;
+    }
+
+    CopyEngine* engine_;
+    ring_options options_;
+    aligned_buffer memory_;
+};
+
+/// A staged transfer run step by step: each `advance()` moves one window (a slot's bytes) and
+/// reports the ranges whose bytes have all arrived (a read: at their memory; a write: in the
+/// file), so a caller can use each range as soon as it is there. `staged_read` and
+/// `staged_write` run one to its end.
+///
+/// The context is any context `transfer` takes a file with (aio or parallel); the files and the
+/// ring must outlive the run. On an I/O failure `advance` waits for every copy in flight, then
+/// throws `staged_error` naming the first range the failed bytes belong to; the ring is then
+/// idle and may serve another run.
+template <class Context, class CopyEngine>
+class staged_run {
+  public:
+    /// Checks and plans; std::invalid_argument (naming the range) before anything moves.
+    staged_run(Context& context, staging_ring<CopyEngine>& ring, std::vector<const file*> files,
+               std::vector<staged_range> ranges, operation op, transfer_config config = {})
+        : context_(&context),
+          ring_(&ring),
+          files_(std::move(files)),
+          ranges_(std::move(ranges)),
+          op_(op),
+          config_(config) {
+        for (std::size_t i = 0; i < files_.size(); ++i) {
+            if (files_[i] == nullptr) {
+                detail::throw_invalid("staged " + std::string(to_string(op_)) + ": file " +
+                                      std::to_string(i) + " is null");
+            }
+        }
+        plan_ = detail::plan_staged(
+            op_, files_.size(), ranges_, ring.options().slot_size,
+            [&](std::size_t f) -> std::size_t {
+                return files_[f]->is_direct() ? files_[f]->required_alignment() : 1;
+            },
+            [&](std::size_t f) { return op_ == operation::read ? files_[f]->size() : 0; });
+        busy_.assign(ring.options().slots, none);
+        done_ = plan_.empty_ranges;
+    }
+    staged_run(const staged_run&) = delete;
+    staged_run& operator=(const staged_run&) = delete;
+    /// A run left before its end (an exception elsewhere) still waits for its copies.
+    ~staged_run() { drain(); }
+
+    /// True while windows are left to move, copies to complete or ranges to report.
+    [[nodiscard]] bool pending() const noexcept {
+        return !done_.empty() || next_ < plan_.windows.size() || oldest_ < next_;
+    }
+
+    /// Moves the next window (or, when none is left, waits for the oldest slot) and returns
+    /// the ranges (indices in the plan) completed since the last call; empty ranges come first.
+    std::vector<std::size_t> advance() {
+        std::vector<std::size_t> done = std::exchange(done_, {});
+        try {
+            if (op_ == operation::read) {
+                advance_read(done);
+            } else {
+                advance_write(done);
+            }
+        } catch (...) {
+            drain();
+            next_ = oldest_ = plan_.windows.size();
+            throw;
+        }
+        return done;
+    }
+
+    /// What the run has moved so far.
+    [[nodiscard]] const staged_outcome& outcome() const noexcept { return outcome_; }
+
+  private:
+    static constexpr std::size_t none = static_cast<std::size_t>(-1);
+
+    unsigned slot_of(std::size_t window) const noexcept {
+        return static_cast<unsigned>(window % ring_->options().slots);
+    }
+
+    // Reads: wait for the slot's last copies, read the window into it, start its copies; then
+    // report the older slots whose copies have completed.
+    void advance_read(std::vector<std::size_t>& done) {
+        if (next_ == plan_.windows.size()) {
+            if (oldest_ < next_) retire(oldest_++, done, true);
+            return;
+        }
+        const std::size_t w = next_;
+        const unsigned s = slot_of(w);
+        if (busy_[s] != none) retire(oldest_++, done, true);
+        const auto& window = plan_.windows[w];
+        move_window(w, operation::read, window.length);
+        CopyEngine& engine = ring_->engine();
+        for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
+            const auto& piece = plan_.pieces[p];
+            const staged_range& r = ranges_[piece.range];
+            if (r.on_host) {
+                std::memcpy(reinterpret_cast<void*>(r.address + piece.from),
+                            ring_->slot(s) + piece.at, piece.length);
+            } else {
+                engine.copy_from_slot(s, r.address + piece.from, ring_->slot(s) + piece.at,
+                                      piece.length);
+                ++outcome_.copies;
+            }
+        }
+        engine.record(s);
+        busy_[s] = w;
+        ++next_;
+        while (oldest_ < next_ && engine.ready(slot_of(oldest_)))
+            retire(oldest_++, done, true);
+    }
+
+    // Writes: fill up to K windows ahead (their copies in flight), then write the oldest once
+    // its copies completed; its slot is filled again by the next call.
+    void advance_write(std::vector<std::size_t>& done) {
+        while (next_ < plan_.windows.size() && busy_[slot_of(next_)] == none) {
+            fill_for_write(next_++);
+        }
+        if (oldest_ < next_) {
+            const std::size_t w = oldest_++;
+            ring_->engine().wait(slot_of(w));
+            move_window(w, operation::write, plan_.windows[w].length);
+            retire(w, done, false);
+        }
+    }
+
+    void fill_for_write(std::size_t w) {
+        const unsigned s = slot_of(w);
+        const auto& window = plan_.windows[w];
+        if (!window.covered) {
+            // Bytes no range covers keep what the file holds (zeros past its end).
+            std::memset(ring_->slot(s), 0, window.length);
+            const std::uint64_t size = files_[window.file]->size();
+            if (window.offset < size) {
+                move_window(w, operation::read,
+                            static_cast<std::size_t>(
+                                std::min<std::uint64_t>(window.length, size - window.offset)));
+            }
+        }
+        CopyEngine& engine = ring_->engine();
+        for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
+            const auto& piece = plan_.pieces[p];
+            const staged_range& r = ranges_[piece.range];
+            if (r.on_host) {
+                std::memcpy(ring_->slot(s) + piece.at,
+                            reinterpret_cast<const void*>(r.address + piece.from), piece.length);
+            } else {
+                engine.copy_to_slot(s, ring_->slot(s) + piece.at, r.address + piece.from,
+                                    piece.length);
+                ++outcome_.copies;
+            }
+        }
+        engine.record(s);
+        busy_[s] = w;
+    }
+
+    // One transfer between a window's file bytes and its slot. A read that ends early (the file
+    // shrank since the plan) is ENODATA; every failure names the first range it concerns.
+    void move_window(std::size_t w, operation op, std::size_t length) {
+        const auto& window = plan_.windows[w];
+        const file& f = *files_[window.file];
+        try {
+            const transfer_result r =
+                nvmeio::transfer(*context_, f, op, mutable_memory(ring_->slot(slot_of(w)), length),
+                                 length, window.offset, config_);
+            if (r.bytes < length) {
+                throw io_error({detail::errno_code(ENODATA),
+                                "read (the file ended at byte " +
+                                    std::to_string(window.offset + r.bytes) + ")",
+                                f.path(), window.offset, length});
+            }
+        } catch (const staged_error&) {
+            throw;
+        } catch (const io_error& e) {
+            throw staged_error(e.failure(), range_at(w, e.failure().offset));
+        }
+        outcome_.file_bytes += length;
+        ++outcome_.windows;
+    }
+
+    // The first range (in the caller's order) of window w holding bytes at or after `offset`.
+    std::size_t range_at(std::size_t w, std::uint64_t offset) const {
+        const auto& window = plan_.windows[w];
+        std::size_t found = none;
+        for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
+            const auto& piece = plan_.pieces[p];
+            if (window.offset + piece.at + piece.length > offset) {
+                found = std::min(found, piece.range);
+            }
+        }
+        return found != none ? found : plan_.pieces[window.first_piece].range;
+    }
+
+    // Window w's slot is free again: its ranges' pieces are done.
+    void retire(std::size_t w, std::vector<std::size_t>& done, bool wait) {
+        const unsigned s = slot_of(w);
+        if (wait) ring_->engine().wait(s);
+        busy_[s] = none;
+        const auto& window = plan_.windows[w];
+        for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
+            const std::size_t range = plan_.pieces[p].range;
+            if (--plan_.pieces_of_range[range] == 0) done.push_back(range);
+        }
+    }
+
+    // Waits for every slot with copies in flight, keeping the first error for nobody: the run
+    // is being abandoned, and the failure that abandoned it is the one reported.
+    void drain() noexcept {
+        for (std::size_t s = 0; s < busy_.size(); ++s) {
+            if (busy_[s] == none) continue;
+            try {
+                ring_->engine().wait(static_cast<unsigned>(s));
+            } catch (...) {
+            }
+            busy_[s] = none;
+        }
+    }
+
+    Context* context_;
+    staging_ring<CopyEngine>* ring_;
+    std::vector<const file*> files_;
+    std::vector<staged_range> ranges_;
+    operation op_;
+    transfer_config config_;
+    detail::staged_plan plan_;
+    std::vector<std::size_t> busy_;  // per slot: the window whose copies it holds, or none
+    std::vector<std::size_t> done_;
+    std::size_t next_ = 0;    // the next window to move
+    std::size_t oldest_ = 0;  // the oldest window not yet retired
+    staged_outcome outcome_;
+};
+
+/// Reads every range of the plan from `files` into its memory through the ring; calls
+/// `on_done(range)` as each range's bytes have arrived (may be an empty function).
+/// Throws std::invalid_argument for a bad plan before any I/O, staged_error for an I/O failure,
+/// and what the copy engine throws.
+template <class Context, class CopyEngine>
+staged_outcome staged_read(Context& context, staging_ring<CopyEngine>& ring,
+                           std::vector<const file*> files, std::vector<staged_range> ranges,
+                           const std::function<void(std::size_t)>& on_done = {},
+                           transfer_config config = {}) {
+    staged_run<Context, CopyEngine> run(context, ring, std::move(files), std::move(ranges),
+                                        operation::read, config);
+    while (run.pending()) {
+        for (std::size_t range : run.advance()) {
+            if (on_done) on_done(range);
+        }
+    }
+    return run.outcome();
+}
+
+/// Writes every range of the plan from its memory to `files` through the ring (ranges of one
+/// file must not overlap). Bytes of a written aligned unit that no range covers keep what the
+/// file held. Throws as `staged_read`.
+template <class Context, class CopyEngine>
+staged_outcome staged_write(Context& context, staging_ring<CopyEngine>& ring,
+                            std::vector<const file*> files, std::vector<staged_range> ranges,
+                            transfer_config config = {}) {
+    staged_run<Context, CopyEngine> run(context, ring, std::move(files), std::move(ranges),
+                                        operation::write, config);
+    while (run.pending())
+        (void)run.advance();
+    return run.outcome();
+}
+
+}  // namespace v0
+}  // namespace nvmeio

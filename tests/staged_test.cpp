@@ -1,0 +1,567 @@
+#define BOOST_TEST_MODULE staged
+#include <boost/test/unit_test.hpp>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <nvmeio/cuda.hpp>
+#include <nvmeio/parallel.hpp>
+#include <nvmeio/staged.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend_support.hpp"
+#include "delayed_copy_engine.hpp"
+#include "offset_fault_backend.hpp"
+#include "test_support.hpp"
+
+using namespace nvmeio;
+using nvmeio_test::backend_types;
+using nvmeio_test::delayed_copy_engine;
+using nvmeio_test::temp_path;
+
+namespace {
+
+constexpr std::size_t slot = 4096;  // K = 2 slots of 4 KiB: every load wraps around many times
+
+// Tensors laid end to end over two files (a sharded model): sizes from 0 to several slots,
+// ragged, each with its own place in one destination area; the plan lists them shuffled.
+struct model {
+    temp_path paths[2]{temp_path{"staged_0"}, temp_path{"staged_1"}};
+    std::vector<staged_range> ranges;
+    std::size_t destination_size = 0;
+    std::uint64_t sizes[2] = {0, 0};
+};
+
+std::unique_ptr<model> make_model(std::uint64_t seed, std::size_t tensors) {
+    auto made = std::make_unique<model>();
+    model& m = *made;
+    std::mt19937_64 random(seed);
+    for (std::size_t i = 0; i < tensors; ++i) {
+        const std::size_t f = i % 2;
+        std::size_t length = random() % 3 == 0 ? random() % 300 : random() % (3 * slot + 777);
+        if (i % 7 == 3) length = 0;  // zero-size tensors
+        m.ranges.push_back({f, m.sizes[f], length, 0, false});
+        m.sizes[f] += length;
+        m.destination_size += length;
+    }
+    // A last tensor of file 1 reaching past file 0's end (the failure test aims there).
+    const std::size_t last = m.sizes[0] + 2 * slot + 100;
+    m.ranges.push_back({1, m.sizes[1], last, 0, false});
+    m.sizes[1] += last;
+    m.destination_size += last;
+    m.sizes[0] += 100;  // bytes after the last tensor that nobody asks for
+    for (std::size_t f = 0; f < 2; ++f)
+        nvmeio_test::spew_pattern(m.paths[f].str(), m.sizes[f], 10 + f);
+    std::shuffle(m.ranges.begin(), m.ranges.end(), random);
+    return made;
+}
+
+// The destination bytes range i must hold.
+bool holds_its_bytes(const std::vector<unsigned char>& file0,
+                     const std::vector<unsigned char>& file1, const unsigned char* destination,
+                     const staged_range& r) {
+    const auto& source = r.file == 0 ? file0 : file1;
+    return r.length == 0 || std::memcmp(destination, source.data() + r.offset, r.length) == 0;
+}
+
+template <class Engine, class Context>
+void load_and_check(Context& context, Engine& engine, std::uint64_t seed) {
+    const auto made = make_model(seed, 40);
+    model& m = *made;
+    // Each range's place: its file offset says which tensor it is.
+    std::vector<unsigned char> destination(m.destination_size + 1);
+    std::vector<std::size_t> place(m.ranges.size());
+    {
+        std::size_t next = 0;
+        for (std::size_t i = 0; i < m.ranges.size(); ++i) {
+            place[i] = next;
+            next += m.ranges[i].length;
+        }
+    }
+    for (std::size_t i = 0; i < m.ranges.size(); ++i)
+        m.ranges[i].address = reinterpret_cast<std::uintptr_t>(destination.data() + place[i]);
+    if constexpr (std::is_same_v<Engine, delayed_copy_engine>) {
+        engine.count_into(reinterpret_cast<std::uintptr_t>(destination.data()), m.destination_size);
+    }
+    const auto file0 = nvmeio_test::slurp(m.paths[0].str());
+    const auto file1 = nvmeio_test::slurp(m.paths[1].str());
+    file f0(m.paths[0].str(), open_mode::read, direct_io::on);
+    file f1(m.paths[1].str(), open_mode::read, direct_io::on);
+    staging_ring<Engine> ring(engine, {2, slot});
+    std::vector<unsigned> reported(m.ranges.size(), 0);
+    const staged_outcome outcome =
+        staged_read(context, ring, {&f0, &f1}, m.ranges, [&](std::size_t i) {
+            ++reported[i];
+            // Reported only once its bytes are there.
+            BOOST_TEST(holds_its_bytes(file0, file1, destination.data() + place[i], m.ranges[i]),
+                       "range " << i << " reported before its bytes arrived");
+        });
+    for (std::size_t i = 0; i < m.ranges.size(); ++i) {
+        BOOST_TEST(reported[i] == 1u, "range " << i << " reported " << reported[i] << " times");
+        BOOST_TEST(holds_its_bytes(file0, file1, destination.data() + place[i], m.ranges[i]),
+                   "range " << i << " holds the wrong bytes");
+    }
+    // Every file byte of the tensors moved once: the aligned supersets, not a block more.
+    BOOST_TEST(outcome.file_bytes == (m.sizes[0] - 100) + m.sizes[1]);
+    if constexpr (std::is_same_v<Engine, delayed_copy_engine>) {
+        std::size_t wrong = 0;
+        for (unsigned c : engine.counts())
+            wrong += c != 1;
+        BOOST_TEST(wrong == 0u, wrong << " destination bytes not written exactly once");
+        BOOST_TEST(engine.in_flight() == 0u);
+    }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(planning)
+
+BOOST_AUTO_TEST_CASE(adjacent_ranges_share_windows_and_every_byte_is_planned_once) {
+    // Three ranges end to end from offset 100 in a file of unit 512, slots of 1024 bytes.
+    const std::vector<staged_range> ranges = {
+        {0, 100, 1000, 1, false}, {0, 1100, 0, 1, false}, {0, 1100, 2000, 1, false}};
+    const auto plan = detail::plan_staged(
+        operation::read, 1, ranges, 1024, [](std::size_t) { return 512; },
+        [](std::size_t) { return 4000; });
+    BOOST_TEST(plan.empty_ranges == std::vector<std::size_t>{1});
+    BOOST_REQUIRE(plan.windows.size() == 4u);  // [0, 3100) in windows of 1024
+    BOOST_TEST(plan.windows[0].offset == 0u);
+    BOOST_TEST(plan.windows[3].offset == 3072u);
+    BOOST_TEST(plan.windows[3].length == 28u);
+    std::vector<std::size_t> covered(3100, 0);
+    for (const auto& w : plan.windows) {
+        for (std::size_t p = w.first_piece; p < w.end_piece; ++p) {
+            const auto& piece = plan.pieces[p];
+            BOOST_TEST(ranges[piece.range].offset + piece.from == w.offset + piece.at);
+            for (std::size_t b = 0; b < piece.length; ++b)
+                ++covered[w.offset + piece.at + b];
+        }
+    }
+    for (std::size_t b = 0; b < 3100; ++b)
+        BOOST_TEST_REQUIRE(covered[b] == (b >= 100 ? 1u : 0u), "byte " << b);
+    BOOST_TEST(plan.pieces_of_range[0] == 2u);  // [100, 1100): windows 0 and 1
+    BOOST_TEST(plan.pieces_of_range[2] == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(ranges_apart_are_separate_runs_and_ranges_touching_one_unit_are_one) {
+    const std::vector<staged_range> ranges = {
+        {0, 0, 10, 1, false}, {0, 600, 10, 1, false}, {0, 5000, 10, 1, false}};
+    const auto plan = detail::plan_staged(
+        operation::read, 1, ranges, 4096, [](std::size_t) { return 512; },
+        [](std::size_t) { return 8192; });
+    // 0..10 and 600..610 touch neighbouring 512-byte units: one run; 5000 starts another.
+    BOOST_REQUIRE(plan.windows.size() == 2u);
+    BOOST_TEST(plan.windows[0].length == 610u);
+    BOOST_TEST(plan.windows[1].offset == 4608u);
+    BOOST_TEST(!plan.windows[0].covered);
+}
+
+BOOST_AUTO_TEST_CASE(bad_plans_are_refused_naming_the_range) {
+    const auto plan = [](operation op, std::vector<staged_range> ranges, std::size_t slot_size) {
+        return detail::plan_staged(
+            op, 1, ranges, slot_size, [](std::size_t) { return 512; },
+            [](std::size_t) { return 1000; });
+    };
+    using nvmeio_test::message_of;
+    BOOST_TEST(nvmeio_test::contains(
+        message_of<std::invalid_argument>([&] {
+            plan(operation::read, {{1, 0, 1, 1, false}}, 4096);
+        }),
+        "range 0 (1 bytes at offset 0 of file 1) names a file past the 1 given"));
+    BOOST_TEST(nvmeio_test::contains(
+        message_of<std::invalid_argument>([&] {
+            plan(operation::read, {{0, 0, 1, 1, false}, {0, 999, 2, 1, false}}, 4096);
+        }),
+        "range 1 (2 bytes at offset 999 of file 0) ends past the file's 1000 bytes"));
+    BOOST_TEST(nvmeio_test::contains(
+        message_of<std::invalid_argument>([&] {
+            plan(operation::read, {{0, ~std::uint64_t{0}, 2, 1, false}}, 4096);
+        }),
+        "ends past"));
+    BOOST_TEST(nvmeio_test::contains(message_of<std::invalid_argument>([&] {
+                                         plan(operation::read, {{0, 0, 5, 0, false}}, 4096);
+                                     }),
+                                     "null address"));
+    BOOST_TEST(nvmeio_test::contains(
+        message_of<std::invalid_argument>([&] {
+            plan(operation::write, {{0, 0, 10, 1, false}, {0, 5, 10, 1, false}}, 4096);
+        }),
+        "range 1 (10 bytes at offset 5 of file 0) overlaps another range"));
+    BOOST_TEST(
+        nvmeio_test::contains(message_of<std::invalid_argument>([&] {
+                                  plan(operation::read, {{0, 0, 5, 1, false}}, 1000);
+                              }),
+                              "slot size 1000 is not a multiple of file 0's O_DIRECT unit 512"));
+    host_copy_engine engine;
+    BOOST_TEST(nvmeio_test::contains(message_of<std::invalid_argument>([&] {
+                                         staging_ring<host_copy_engine>(engine, {0, 4096});
+                                     }),
+                                     "slots must be at least 1"));
+    BOOST_TEST(nvmeio_test::contains(message_of<std::invalid_argument>([&] {
+                                         staging_ring<host_copy_engine>(engine, {2, 1000});
+                                     }),
+                                     "slot_size 1000"));
+    BOOST_TEST(nvmeio_test::contains(
+        message_of<std::invalid_argument>([&] {
+            staging_ring<host_copy_engine>(
+                engine, {4, std::numeric_limits<std::size_t>::max() / 4096 * 4096});
+        }),
+        "fit in memory"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(reads_every_range_through_two_small_slots_with_the_host_engine,
+                              Backend, backend_types) {
+    if (!nvmeio_test::backend_usable<Backend>()) return;
+    basic_aio_context<Backend> context({8, 4096});
+    host_copy_engine engine;
+    for (std::uint64_t seed = 1; seed <= 3; ++seed)
+        load_and_check(context, engine, seed);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(reads_every_byte_exactly_once_with_copies_that_complete_late, Backend,
+                              backend_types) {
+    if (!nvmeio_test::backend_usable<Backend>()) return;
+    basic_aio_context<Backend> context({8, 4096});
+    delayed_copy_engine engine;
+    for (std::uint64_t seed = 4; seed <= 5; ++seed)
+        load_and_check(context, engine, seed);
+    BOOST_TEST(engine.attaches() == 2u);
+    BOOST_TEST(engine.detaches() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(reads_through_a_parallel_context) {
+    parallel_context context({3, {8, 4096}, 4096});
+    delayed_copy_engine engine(std::chrono::microseconds{50});
+    load_and_check(context, engine, 6);
+}
+
+BOOST_AUTO_TEST_CASE(a_plan_of_empty_ranges_only_reports_them_and_moves_nothing) {
+    temp_path path("staged");
+    nvmeio_test::spew_pattern(path.str(), 10, 1);
+    file f(path.str(), open_mode::read, direct_io::on);
+    aio_context context({4, 4096});
+    host_copy_engine engine;
+    staging_ring<host_copy_engine> ring(engine, {2, slot});
+    std::vector<std::size_t> reported;
+    const auto outcome =
+        staged_read(context, ring, {&f}, {{0, 3, 0, 0, false}, {0, 0, 0, 0, false}},
+                    [&](std::size_t i) { reported.push_back(i); });
+    BOOST_TEST(reported == (std::vector<std::size_t>{0, 1}));
+    BOOST_TEST(outcome.windows == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_failed_read_names_the_file_and_the_range_leaves_nothing_in_flight_and_the_ring_serves_again) {
+    const auto made = make_model(7, 30);
+    model& m = *made;
+    std::vector<unsigned char> destination(m.destination_size + 1);
+    std::size_t next = 0;
+    for (auto& r : m.ranges) {
+        r.address = reinterpret_cast<std::uintptr_t>(destination.data() + next);
+        next += r.length;
+    }
+    // Fail the I/O holding the middle of the last range of file 1 (the fault backend fails
+    // that offset in any file: it lies past file 0's end).
+    std::size_t victim = 0;
+    for (std::size_t i = 0; i < m.ranges.size(); ++i) {
+        if (m.ranges[i].file == 1 && m.ranges[i].length > 0 &&
+            (m.ranges[victim].file != 1 || m.ranges[i].offset > m.ranges[victim].offset)) {
+            victim = i;
+        }
+    }
+    const staged_range& bad = m.ranges[victim];
+    BOOST_REQUIRE(bad.file == 1 && bad.length > 0);
+    BOOST_REQUIRE(bad.offset + bad.length / 2 >= m.sizes[0]);
+    file f0(m.paths[0].str(), open_mode::read, direct_io::on);
+    file f1(m.paths[1].str(), open_mode::read, direct_io::on);
+    basic_aio_context<nvmeio_test::offset_fault_backend> context({8, 4096});
+    delayed_copy_engine engine;
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    nvmeio_test::offset_fault_backend::fail_offset = bad.offset + bad.length / 2;
+    bool thrown = false;
+    try {
+        (void)staged_read(context, ring, {&f0, &f1}, m.ranges);
+    } catch (const staged_error& e) {
+        thrown = true;
+        BOOST_TEST((e.code() == std::errc::io_error));
+        BOOST_TEST(e.path() == m.paths[1].str());
+        // The failed I/O's first range: the victim, or one before it in the same block.
+        const staged_range& named = m.ranges.at(e.range());
+        BOOST_TEST(named.file == 1u);
+        BOOST_TEST(named.offset <= bad.offset + bad.length / 2);
+        BOOST_TEST(named.offset + named.length >= e.offset());
+        BOOST_TEST(nvmeio_test::contains(e.what(), m.paths[1].str()));
+    }
+    BOOST_TEST(thrown);
+    BOOST_TEST(engine.in_flight() == 0u);
+    nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
+    // The same ring, the same context: a whole load.
+    std::fill(destination.begin(), destination.end(), 0);
+    (void)staged_read(context, ring, {&f0, &f1}, m.ranges);
+    const auto file1 = nvmeio_test::slurp(m.paths[1].str());
+    BOOST_TEST(std::memcmp(reinterpret_cast<const void*>(bad.address), file1.data() + bad.offset,
+                           bad.length) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_file_that_shrank_after_the_plan_is_enodata_naming_the_range) {
+    temp_path path("staged");
+    nvmeio_test::spew_pattern(path.str(), 3 * slot, 2);
+    file f(path.str(), open_mode::read, direct_io::on);
+    std::vector<unsigned char> destination(3 * slot);
+    aio_context context({4, 4096});
+    host_copy_engine engine;
+    staging_ring<host_copy_engine> ring(engine, {2, slot});
+    staged_run<aio_context, host_copy_engine> run(
+        context, ring, {&f},
+        {{0, 0, slot, reinterpret_cast<std::uintptr_t>(destination.data()), false},
+         {0, slot, 2 * slot, reinterpret_cast<std::uintptr_t>(destination.data() + slot), false}},
+        operation::read);
+    BOOST_REQUIRE(::truncate(path.str().c_str(), slot + 10) == 0);
+    bool thrown = false;
+    try {
+        while (run.pending())
+            (void)run.advance();
+    } catch (const staged_error& e) {
+        thrown = true;
+        BOOST_TEST((e.code() == std::errc::no_message_available));  // ENODATA
+        BOOST_TEST(e.range() == 1u);
+    }
+    BOOST_TEST(thrown);
+    BOOST_TEST(!run.pending());
+}
+
+namespace {
+
+// Writes the model's ranges (every even one from host memory, the rest through `engine`) into
+// a file that held other bytes, and checks the file: the ranges' bytes where they are, the
+// file's old bytes in the gaps.
+template <class Engine>
+void write_and_check(Engine& engine, std::uint64_t seed) {
+    std::mt19937_64 random(seed);
+    temp_path path("staged");
+    const std::size_t old_size = 9 * slot + 123;
+    nvmeio_test::spew_pattern(path.str(), old_size, 99);
+    std::vector<unsigned char> expected = nvmeio_test::slurp(path.str());
+    std::vector<staged_range> ranges;
+    std::vector<std::vector<unsigned char>> sources;
+    std::uint64_t at = random() % 5000;
+    for (int i = 0; i < 20; ++i) {
+        const std::size_t length = random() % 4 == 0 ? 0 : random() % (2 * slot + 500);
+        sources.push_back(nvmeio_test::pattern(length + 1, seed * 100 + i));
+        ranges.push_back(
+            {0, at, length, reinterpret_cast<std::uintptr_t>(sources.back().data()), i % 2 == 0});
+        if (length != 0 && expected.size() < at + length) expected.resize(at + length, 0);
+        std::memcpy(expected.data() + at, sources.back().data(), length);
+        at += length + (random() % 3 == 0 ? random() % 9000 : 0);  // some gaps, some far
+    }
+    file out(path.str(), open_mode::read_write, direct_io::on);
+    aio_context context({4, 4096});
+    staging_ring<Engine> ring(engine, {2, slot});
+    std::shuffle(ranges.begin(), ranges.end(), random);
+    const staged_outcome outcome = staged_write(context, ring, {&out}, ranges);
+    BOOST_TEST(outcome.windows > 2u);
+    const std::vector<unsigned char> written = nvmeio_test::slurp(path.str());
+    BOOST_REQUIRE(written.size() == expected.size());
+    std::size_t wrong = 0;
+    for (std::size_t b = 0; b < written.size(); ++b)
+        wrong += written[b] != expected[b];
+    BOOST_TEST(wrong == 0u, wrong << " bytes of the file wrong");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(writes_ranges_from_host_and_engine_memory_keeping_the_bytes_between_them) {
+    host_copy_engine host;
+    for (std::uint64_t seed = 1; seed <= 3; ++seed)
+        write_and_check(host, seed);
+    delayed_copy_engine delayed;
+    for (std::uint64_t seed = 4; seed <= 6; ++seed)
+        write_and_check(delayed, seed);
+}
+
+BOOST_AUTO_TEST_CASE(a_written_file_that_grows_ends_at_the_last_range) {
+    temp_path path("staged");
+    std::vector<unsigned char> bytes = nvmeio_test::pattern(3 * slot + 5, 3);
+    file out(path.str(), open_mode::write, direct_io::on);
+    aio_context context({4, 4096});
+    delayed_copy_engine engine;
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    (void)staged_write(context, ring, {&out},
+                       {{0, 0, 100, reinterpret_cast<std::uintptr_t>(bytes.data()), true},
+                        {0, 100, bytes.size() - 100,
+                         reinterpret_cast<std::uintptr_t>(bytes.data() + 100), false}});
+    BOOST_TEST(nvmeio_test::slurp(path.str()) == bytes);
+}
+
+// ---- the CUDA engine, on a driver table of test functions ----------------------------------
+
+namespace fake {
+// One device, a context stack, copies done at once; counts what the engine asked for.
+int pushes = 0, pops = 0, registered = 0, unregistered = 0, events = 0, copies = 0, devices = 1;
+int init(unsigned) {
+    return devices == 0 ? 100 : 0;
+}
+int count(int* n) {
+    *n = devices;
+    return 0;
+}
+int get(int* d, int i) {
+    *d = i;
+    return 0;
+}
+int retain(void** c, int) {
+    static int context;
+    *c = &context;
+    return 0;
+}
+int release(int) {
+    return 0;
+}
+int push(void*) {
+    return ++pushes, 0;
+}
+int pop(void**) {
+    return ++pops, 0;
+}
+int stream_create(void** s, unsigned) {
+    static int stream;
+    *s = &stream;
+    return 0;
+}
+int stream_destroy(void*) {
+    return 0;
+}
+int event_create(void** e, unsigned) {
+    static int event;
+    *e = &event;
+    return ++events, 0;
+}
+int event_destroy(void*) {
+    return --events, 0;
+}
+int ok(void*) {
+    return 0;
+}
+int record(void*, void*) {
+    return 0;
+}
+int host_register(void*, std::size_t, unsigned) {
+    return ++registered, 0;
+}
+int host_unregister(void*) {
+    return ++unregistered, 0;
+}
+int to_device(unsigned long long to, const void* from, std::size_t n, void*) {  // NOLINT
+    if (n == 13) return 1;  // CUDA_ERROR_INVALID_VALUE, for the error test
+    std::memcpy(reinterpret_cast<void*>(to), from, n);
+    return ++copies, 0;
+}
+int to_host(void* to, unsigned long long from, std::size_t n, void*) {  // NOLINT
+    std::memcpy(to, reinterpret_cast<const void*>(from), n);
+    return ++copies, 0;
+}
+int name(int r, const char** text) {
+    *text = r == 1 ? "CUDA_ERROR_INVALID_VALUE" : "CUDA_ERROR_OTHER";
+    return 0;
+}
+cuda_driver table() {
+    cuda_driver d;
+    d.init = init, d.device_count = count, d.device_get = get, d.primary_retain = retain;
+    d.primary_release = release, d.push = push, d.pop = pop, d.stream_create = stream_create;
+    d.stream_destroy = stream_destroy, d.event_create = event_create;
+    d.event_destroy = event_destroy, d.event_record = record, d.event_synchronize = ok;
+    d.event_query = ok, d.host_register = host_register, d.host_unregister = host_unregister;
+    d.copy_to_device = to_device, d.copy_to_host = to_host, d.error_name = name;
+    return d;
+}
+}  // namespace fake
+
+BOOST_AUTO_TEST_CASE(
+    the_cuda_engine_locks_the_ring_once_keeps_an_event_per_slot_and_leaves_the_context_stack_as_it_was) {
+    const cuda_driver driver = fake::table();
+    const auto made = make_model(8, 20);
+    model& m = *made;
+    {
+        cuda_copy_engine engine(0, &driver);
+        aio_context context({8, 4096});
+        host_copy_engine unused;
+        (void)unused;
+        std::vector<unsigned char> destination(m.destination_size + 1);
+        std::size_t next = 0;
+        for (auto& r : m.ranges) {
+            r.address = reinterpret_cast<std::uintptr_t>(destination.data() + next);
+            next += r.length;
+        }
+        file f0(m.paths[0].str(), open_mode::read, direct_io::on);
+        file f1(m.paths[1].str(), open_mode::read, direct_io::on);
+        {
+            staging_ring<cuda_copy_engine> ring(engine, {3, slot});
+            BOOST_TEST(fake::registered == 1);
+            BOOST_TEST(fake::events == 3);
+            (void)staged_read(context, ring, {&f0, &f1}, m.ranges);
+        }
+        BOOST_TEST(fake::unregistered == 1);
+        BOOST_TEST(fake::events == 0);
+        BOOST_TEST(fake::copies > 0);
+        const auto file1 = nvmeio_test::slurp(m.paths[1].str());
+        for (const auto& r : m.ranges) {
+            if (r.file == 1 && r.length != 0) {
+                BOOST_TEST(std::memcmp(reinterpret_cast<const void*>(r.address),
+                                       file1.data() + r.offset, r.length) == 0);
+            }
+        }
+        // A failed copy: std::system_error in the cuda category, naming the call and the result.
+        staging_ring<cuda_copy_engine> ring(engine, {2, slot});
+        std::vector<unsigned char> small(13);
+        const std::string what = nvmeio_test::message_of<std::system_error>([&] {
+            (void)staged_read(context, ring, {&f0},
+                              {{0, 0, 13, reinterpret_cast<std::uintptr_t>(small.data()), false}});
+        });
+        BOOST_TEST(nvmeio_test::contains(
+            what, "cuMemcpyHtoDAsync of 13 bytes on cuda:0 failed (CUDA_ERROR_INVALID_VALUE)"));
+    }
+    BOOST_TEST(fake::pushes == fake::pops);
+}
+
+BOOST_AUTO_TEST_CASE(the_cuda_engine_says_which_device_is_missing) {
+    const cuda_driver driver = fake::table();
+    BOOST_TEST(nvmeio_test::contains(
+        nvmeio_test::message_of<std::invalid_argument>([&] { cuda_copy_engine(3, &driver); }),
+        "CUDA device 3 asked for; the driver sees 1"));
+    fake::devices = 0;
+    bool thrown = false;
+    try {
+        cuda_copy_engine engine(0, &driver);
+    } catch (const std::system_error& e) {
+        thrown = true;
+        BOOST_TEST((e.code() == std::errc::no_such_device));
+        BOOST_TEST(nvmeio_test::contains(e.what(), "cuInit failed"));
+    }
+    fake::devices = 1;
+    BOOST_TEST(thrown);
+}
+
+BOOST_AUTO_TEST_CASE(without_nvidias_driver_opening_it_says_what_is_missing) {
+    void* present = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (present != nullptr) {
+        ::dlclose(present);
+        BOOST_TEST_MESSAGE("libcuda.so.1 is present: the driver opens");
+        BOOST_CHECK_NO_THROW((void)cuda_driver::open());
+        return;
+    }
+    bool thrown = false;
+    try {
+        (void)cuda_driver::open();
+    } catch (const std::system_error& e) {
+        thrown = true;
+        BOOST_TEST((e.code() == std::errc::no_such_file_or_directory));
+        BOOST_TEST(
+            nvmeio_test::contains(e.what(), "the CUDA driver (libcuda.so.1) could not be opened"));
+    }
+    BOOST_TEST(thrown);
+}

@@ -398,6 +398,32 @@ BOOST_AUTO_TEST_CASE(a_written_file_that_grows_ends_at_the_last_range) {
     BOOST_TEST(nvmeio_test::slurp(path.str()) == bytes);
 }
 
+BOOST_AUTO_TEST_CASE(a_write_shows_each_ranges_bytes_in_order_before_writing_them) {
+    temp_path path("staged");
+    std::vector<unsigned char> bytes = nvmeio_test::pattern(5 * slot + 77, 4);
+    file out(path.str(), open_mode::write, direct_io::on);
+    aio_context context({4, 4096});
+    delayed_copy_engine engine;
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    const auto address = [&](std::size_t at) {
+        return reinterpret_cast<std::uintptr_t>(bytes.data() + at);
+    };
+    staged_run<aio_context, delayed_copy_engine> run(
+        context, ring, {&out},
+        {{0, 3 * slot, bytes.size() - 3 * slot, address(3 * slot), false},
+         {0, 0, 3 * slot, address(0), false}},
+        operation::write);
+    std::vector<unsigned char> seen[2];
+    run.observe_written([&](std::size_t range, const std::byte* data, std::size_t n) {
+        const auto* p = reinterpret_cast<const unsigned char*>(data);
+        seen[range].insert(seen[range].end(), p, p + n);
+    });
+    while (run.pending())
+        (void)run.advance();
+    BOOST_TEST((seen[1] == std::vector<unsigned char>(bytes.begin(), bytes.begin() + 3 * slot)));
+    BOOST_TEST((seen[0] == std::vector<unsigned char>(bytes.begin() + 3 * slot, bytes.end())));
+}
+
 // ---- the CUDA engine, on a driver table of test functions ----------------------------------
 
 namespace fake {

@@ -196,6 +196,13 @@ class staged_run {
         return done;
     }
 
+    /// Writes: `observer(range, bytes, n)` is called for every piece of every range, in file
+    /// order (so each range's pieces in order), once its bytes are in the slot and before they
+    /// are written: to checksum what is written without reading it again.
+    void observe_written(std::function<void(std::size_t, const std::byte*, std::size_t)> observer) {
+        observer_ = std::move(observer);
+    }
+
     /// What the run has moved so far.
     [[nodiscard]] const staged_outcome& outcome() const noexcept { return outcome_; }
 
@@ -246,7 +253,15 @@ class staged_run {
         }
         if (oldest_ < next_) {
             const std::size_t w = oldest_++;
-            ring_->engine().wait(slot_of(w));
+            const unsigned s = slot_of(w);
+            ring_->engine().wait(s);
+            if (observer_) {
+                const auto& window = plan_.windows[w];
+                for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
+                    const auto& piece = plan_.pieces[p];
+                    observer_(piece.range, ring_->slot(s) + piece.at, piece.length);
+                }
+            }
             move_window(w, operation::write, plan_.windows[w].length);
             retire(w, done, false);
         }
@@ -356,6 +371,7 @@ class staged_run {
     std::size_t next_ = 0;    // the next window to move
     std::size_t oldest_ = 0;  // the oldest window not yet retired
     staged_outcome outcome_;
+    std::function<void(std::size_t, const std::byte*, std::size_t)> observer_;
 };
 
 /// Reads every range of the plan from `files` into its memory through the ring; calls

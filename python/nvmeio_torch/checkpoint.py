@@ -57,9 +57,10 @@ def _typed_storage(untyped, dtype):
 
 
 def _storage_bytes(untyped):
-    """A flat uint8 CPU tensor over the storage's bytes (a copy only for a non-CPU storage)."""
+    """A flat uint8 tensor over the storage's bytes, on its device (CUDA storages go through the
+    staging ring, others than CPU and CUDA are copied to the CPU)."""
     flat = torch.empty(0, dtype=torch.uint8, device=untyped.device).set_(untyped)
-    return flat if flat.device.type == "cpu" else flat.cpu()
+    return flat if flat.device.type in ("cpu", "cuda") else flat.cpu()
 
 
 _ELEMENT_SIZES = {}
@@ -170,11 +171,50 @@ def save(obj, path, *, durable=True, handle=None):
 
 def _write(records, contents, pickled, temporary, handle):
     """Fills the empty file `temporary` with the planned archive: the storages' bytes
-    (`contents`) in one asynchronous batch while their CRC-32s are computed, then the pickle,
-    the headers and the central directory in one more."""
+    (`contents`) in one asynchronous batch while their CRC-32s are computed (through the staging
+    rings when some are on GPUs), then the pickle, the headers and the central directory in one
+    more."""
+    data_records = records[1:1 + len(contents)]
+    if _through_rings(contents):
+        _write_through_rings(data_records, contents, temporary)
+    else:
+        _write_data(data_records, contents, temporary, handle)
+    _write_metadata(records, contents, pickled, temporary, handle)
+
+
+def _through_rings(contents):
+    """Whether a save's storages go through the staging rings: when some are on a GPU."""
+    return any(t.device.type != "cpu" for t in contents)
+
+
+def _write_through_rings(data_records, contents, temporary):
+    """The storages' bytes of a state on GPUs: each device's records (the CPU's with the first)
+    go through its staging ring (GPU -> page-locked slots -> O_DIRECT writes, overlapped), their
+    CRC-32s computed from the slots before each is written."""
+    from . import _staged
+
+    groups = {}
+    for i, (t, r) in enumerate(zip(contents, data_records)):
+        if r.size:
+            groups.setdefault(t.device, []).append(i)
+        else:
+            r.crc = 0
+    cuda = sorted((d for d in groups if d.type == "cuda"), key=str) or [torch.device("cpu")]
+    for n, device in enumerate(cuda):
+        members = (groups.get(device, []) if device.type == "cuda" else []) + \
+            (groups.get(torch.device("cpu"), []) if n == 0 else [])
+        crcs = []
+        _staged.run("write", [(temporary, data_records[i].data_offset, contents[i],
+                               data_records[i].name) for i in members],
+                    device, checksum=True, crcs=crcs)
+        for i, crc in zip(members, crcs):
+            data_records[i].crc = crc
+
+
+def _write_data(data_records, contents, temporary, handle):
+    """The storages' bytes in one asynchronous batch while their CRC-32s are computed."""
     from ._files import cpus
 
-    data_records = records[1:1 + len(contents)]
     writes = [(t, r.data_offset) for t, r in zip(contents, data_records) if r.size]
     pending = False
     try:
@@ -191,6 +231,12 @@ def _write(records, contents, pickled, temporary, handle):
     finally:
         if pending:
             handle.wait()
+
+
+def _write_metadata(records, contents, pickled, temporary, handle):
+    """The pickle with its header at 0, each data record's local header before its data, and
+    the small records with the central directory after the last, in one batch."""
+    data_records = records[1:1 + len(contents)]
     records[0].crc = zlib.crc32(pickled)
     tail = records[1 + len(contents):]
     tail[0].crc = zlib.crc32(_FORMAT_VERSION)
@@ -338,6 +384,107 @@ def _is_zip(head):
     return head[:4] in (b"PK\x03\x04", b"PK\x05\x06")
 
 
+def _probe(restore_location, location):
+    """Where restore_location puts a storage saved at ``location``: it is called with an empty
+    CPU storage, and the device of what it returns is the answer."""
+    empty = torch.empty(0, dtype=torch.uint8)
+    untyped = empty.untyped_storage() if hasattr(empty, "untyped_storage") else \
+        _untyped(empty.storage())
+    result = restore_location(untyped, location)
+    return getattr(result, "device", torch.device("cpu"))
+
+
+def _places_on_gpu(map_location, restore_location, pickled):
+    """True when some storage may be restored to a GPU: a str, device or dict map_location
+    sends storages there, or the pickle names a CUDA location that it may keep (a callable is
+    not asked here: it sees each storage once, and a callable that moves CPU-saved storages to
+    a GPU moves them itself)."""
+    if isinstance(map_location, (str, bytes, torch.device)):
+        return _probe(restore_location, "cpu").type == "cuda"
+    if isinstance(map_location, dict) and any("cuda" in str(v) for v in map_location.values()):
+        return True
+    return b"cuda" in pickled
+
+
+def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, file_size,
+                        restore_location, weights_only, handle):
+    """load when storages go to GPUs: each storage is made where map_location puts it (a
+    callable one is asked with an empty storage, once per storage) and its record is read
+    straight into it through the staging ring of its device (``_staged``), the CPU's with the
+    first; host memory stays at the rings'."""
+    from . import _C, _staged
+
+    # The data records' local headers, for where each one's data starts.
+    headers = _intervals([(e.header_offset, e.header_offset + _zip.LOCAL_HEADER_SIZE)
+                          for e in data_entries.values()], file_size)
+    arena = _C.aligned_tensor(max(1, sum(_zip.align_up(e - s) for s, e in headers)))
+    buffers, offsets, at = [], [], 0
+    for start, end in headers:
+        buffers.append(arena[at:at + end - start])
+        offsets.append(start)
+        at += _zip.align_up(end - start)
+    handle.sync_pread_batch(buffers, path, offsets)
+    bytes_at = {}
+    for (start, end), buffer in zip(headers, buffers):
+        bytes_at[start] = (end, buffer.numpy())
+
+    def data_offset(e):
+        for start, (end, array) in bytes_at.items():
+            if start <= e.header_offset and e.header_offset + _zip.LOCAL_HEADER_SIZE <= end:
+                data = _zip.local_data_offset(
+                    array[e.header_offset - start:e.header_offset - start +
+                          _zip.LOCAL_HEADER_SIZE], e.header_offset, path, e.name)
+                if data + e.size > span_ends[id(e)]:
+                    raise ValueError(f"{path}: record {e.name!r} (data at {data}, {e.size} "
+                                     "bytes) overlaps the next record or the central directory")
+                return data
+        raise ValueError(f"{path}: record {e.name!r} has its local header at "
+                         f"{e.header_offset}, past the end of the file")
+
+    loaded, items = {}, {}
+
+    def persistent_load(saved_id):
+        if not isinstance(saved_id, tuple) or len(saved_id) != 5:
+            raise pickle.UnpicklingError(f"{path}: unexpected persistent id {saved_id!r}")
+        typename, storage_type, key, location, numel = saved_id
+        typename = typename.decode("ascii") if isinstance(typename, bytes) else typename
+        if typename != "storage" or not isinstance(storage_type, _StorageType):
+            raise pickle.UnpicklingError(f"{path}: unexpected persistent id {saved_id!r}")
+        location = location.decode("ascii") if isinstance(location, bytes) else location
+        if key not in loaded:
+            e = data_entries.get(key)
+            if e is None:
+                raise ValueError(f"{path}: the pickle refers to a record {data_prefix}{key} "
+                                 "the archive lacks")
+            nbytes = numel * _element_size(storage_type.dtype)
+            if nbytes > e.size:
+                raise ValueError(f"{path}: record {e.name!r} holds {e.size} bytes, the pickle "
+                                 f"wants {nbytes}")
+            device = _probe(restore_location, location)
+            if device.type not in ("cpu", "cuda"):
+                raise ValueError(f"{path}: map_location puts record {e.name!r} on {device}; "
+                                 "nvmeio_torch.load restores to the CPU and CUDA devices")
+            flat = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            if nbytes:
+                items.setdefault(flat.device, []).append((path, data_offset(e), flat, e.name))
+            untyped = flat.untyped_storage() if hasattr(flat, "untyped_storage") else \
+                _untyped(flat.storage())
+            loaded[key] = _typed_storage(untyped, storage_type.dtype)
+        return loaded[key]
+
+    result = _Unpickler(io.BytesIO(pickled), path, weights_only, persistent_load).load()
+    cuda = sorted((d for d in items if d.type == "cuda"), key=str)
+    for n, device in enumerate(cuda):
+        _staged.run("read", items[device] + (items.get(torch.device("cpu"), []) if n == 0
+                                              else []), device)
+    if not cuda and items:
+        _staged.run("read", items[torch.device("cpu")], torch.device("cpu"))
+    validate = getattr(torch._utils, "_validate_loaded_sparse_tensors", None)
+    if validate is not None:
+        validate()
+    return result
+
+
 def load(path, map_location=None, weights_only=True, handle=None):
     """Loads what ``torch.save`` (or ``save``) wrote to ``path``, as ``torch.load`` does.
 
@@ -410,8 +557,8 @@ def load(path, map_location=None, weights_only=True, handle=None):
                              f"{e.header_offset}) runs into the next record or past the "
                              "central directory")
 
-    # One batch: the pickle's (and byte order's) extents into a small buffer, every data
-    # record's extent into the arena.
+    # The pickle's (and byte order's) extents into a small buffer; then, for storages that stay
+    # on the CPU, every data record's extent into an arena.
     small = [pickle_entry] + ([byteorder] if byteorder else [])
     small_intervals = _intervals([(e.header_offset, span_ends[id(e)]) for e in small], file_size)
     data_intervals = _intervals([(e.header_offset, span_ends[id(e)])
@@ -432,13 +579,10 @@ def load(path, map_location=None, weights_only=True, handle=None):
     from . import _C
 
     small_arena = _C.aligned_tensor(sum(_zip.align_up(e - s) for s, e in small_intervals))
-    arena = _C.aligned_tensor(max(1, sum(_zip.align_up(e - s) for s, e in data_intervals)))
     small_placed = place(small_intervals, small_arena)
-    data_placed = place(data_intervals, arena)
     if handle is None:
         handle = make_handle()
-    with populating([arena], handle.get_intra_op_parallelism()):
-        handle.sync_pread_batch(buffers, path, file_offsets)
+    handle.sync_pread_batch(buffers, path, file_offsets)
 
     def record_bytes(e, placed, array):
         """e's data as a view of array, the buffer its extent was read into at placed."""
@@ -464,6 +608,17 @@ def load(path, map_location=None, weights_only=True, handle=None):
                              f"{sys.byteorder}-endian")
     pickled = record_bytes(pickle_entry, small_placed, small_array).tobytes()
     del small_array, small_arena
+    if _places_on_gpu(map_location, restore_location, pickled):
+        return _load_through_rings(path, pickled, data_entries, data_prefix, span_ends,
+                                   file_size, restore_location, weights_only, handle)
+
+    # Every data record's extent into one arena the storages view.
+    buffers.clear()
+    file_offsets.clear()
+    arena = _C.aligned_tensor(max(1, sum(_zip.align_up(e - s) for s, e in data_intervals)))
+    data_placed = place(data_intervals, arena)
+    with populating([arena], handle.get_intra_op_parallelism()):
+        handle.sync_pread_batch(buffers, path, file_offsets)
     array = arena.numpy()
 
     loaded = {}

@@ -33,7 +33,7 @@ from collections import OrderedDict
 
 import torch
 
-from . import _C
+from . import _C, _staged
 from ._files import ALIGN as _ALIGN, align_down as _align_down, align_up as _align_up, \
     atomic_file, make_handle, open_regular, populating
 
@@ -301,6 +301,9 @@ def save_file(tensors, filename, metadata=None, *, durable=True, handle=None):
     made contiguous first; tensors that share memory raise ``ValueError``.
     """
     header, placed, _ = _layout(tensors, metadata)
+    devices = {t.device for _, t, _ in placed if t.numel() and t.device.type != "cpu"}
+    if devices:
+        return _save_through_rings(header, placed, filename, durable, devices)
     buffers = [torch.frombuffer(bytearray(header), dtype=torch.uint8)]
     offsets = [0]
     for _, tensor, offset in placed:
@@ -310,6 +313,31 @@ def save_file(tensors, filename, metadata=None, *, durable=True, handle=None):
     handle = handle if handle is not None else make_handle()
     with atomic_file(filename, durable=durable) as temporary:
         handle.sync_pwrite_batch(buffers, temporary, offsets)
+
+
+def _save_through_rings(header, placed, filename, durable, devices):
+    """save_file of tensors on GPUs: each device's tensors go GPU -> page-locked ring -> O_DIRECT
+    writes, overlapped (``_staged``), with the header and any CPU tensor in the first device's
+    transfer; the same bytes as saving their CPU copies."""
+    groups = {}
+    for name, tensor, offset in placed:
+        if not tensor.numel():
+            continue
+        tensor = tensor.detach().resolve_conj().resolve_neg().contiguous()
+        groups.setdefault(tensor.device, []).append((name, tensor, offset))
+    order = sorted(devices, key=str)
+    first = order[0]
+    header_bytes = torch.frombuffer(bytearray(header), dtype=torch.uint8)
+    with atomic_file(filename, durable=durable) as temporary:
+        for device in order:
+            items = [(temporary, len(header) + offset, _staged._bytes_view(tensor), name)
+                     for name, tensor, offset in groups.get(device, [])]
+            if device == first:
+                items.append((temporary, 0, header_bytes, "the header"))
+                if device.type != "cpu":
+                    items += [(temporary, len(header) + offset, _staged._bytes_view(tensor), name)
+                              for name, tensor, offset in groups.get(torch.device("cpu"), [])]
+            _staged.run("write", items, device)
 
 
 # ---- reading -----------------------------------------------------------------------------------
@@ -355,12 +383,33 @@ def _check_unchanged(header):
                       "header was read", header.path)
 
 
+def _to_device(headers, device, names=None, max_bytes=None):
+    """The tensors of ``headers`` (those in ``names``, when given) made on ``device`` and read
+    straight into them through the staging ring (``_staged``): a generator of ``(name,
+    tensor)`` as each tensor's bytes have arrived. Host memory: the ring's."""
+    tensors, items = [], []
+    for header in headers:
+        for name, entry in header.entries.items():
+            if names is not None and name not in names:
+                continue
+            tensor = torch.empty(entry.shape, dtype=_torch_dtype(header, entry), device=device)
+            tensors.append((name, tensor))
+            items.append((header.path, header.data_start + entry.begin, tensor, name))
+    for i in _staged.transfer("read", items, device, max_bytes=max_bytes):
+        yield tensors[i]
+    for header in headers:
+        _check_unchanged(header)
+
+
 def _load(headers, device, handle):
     """Every tensor of ``headers``' files: one arena per file, all files' reads in flight at
-    once, then the tensors as views of them."""
+    once, then the tensors as views of them; on a GPU, read into them through the ring."""
     for header in headers:
         for entry in header.entries.values():
             _torch_dtype(header, entry)
+    if device.type != "cpu":
+        loaded = dict(_to_device(headers, device))
+        return {name: loaded[name] for header in headers for name in header.entries}
     handle = handle if handle is not None else make_handle()
     arenas = []
     for header in headers:
@@ -401,7 +450,10 @@ def load_file(filename, device="cpu", *, handle=None):
     tensor). Then the data section is read by nvmeio into one 4 KiB-aligned arena the tensors
     view, in one batch from the 4 KiB boundary at or before it: no second copy, except a tensor
     whose offset in the arena is not a multiple of its element size, which is copied out.
-    Tensors keep the arena alive. ``device`` other than CPU: each tensor is moved there.
+    Tensors keep the arena alive. ``device="cuda:N"`` (or N): the tensors are made there and the
+    file's bytes go straight to them, read with O_DIRECT into a ring of page-locked slots (4 x
+    64 MiB by default) while the slots read before are copied to the GPU: host memory stays at
+    the ring's, whatever the file's size (``_staged``).
     An arena of 32 MiB or more is brought into use by up to 8 helper threads while the reads go
     (``_files.populating``).
     """
@@ -470,6 +522,8 @@ class safe_open:
     def get_tensor(self, name):
         header, entry = self._entry(name)
         _torch_dtype(header, entry)
+        if self._device.type != "cpu":
+            return dict(_to_device([header], self._device, names={name}))[name]
         if entry.nbytes == 0:
             tensor = _view(header, entry, None, 0)
         else:
@@ -682,10 +736,34 @@ def stream(index_or_paths, max_bytes=256 << 20, device="cpu", *, handle=None, ob
     ``"release"``, ``"yield"``, ``"close"``; with ``chunk``, ``bytes`` (and ``fresh``, whether
     the arena is newly allocated) or ``name``, and
     ``resident``, the bytes of the arenas the stream owns) for tests and monitoring.
+
+    ``device="cuda:N"``: each chunk's tensors are made on the device and read straight into
+    through a staging ring of page-locked slots within ``max_bytes`` (``_staged``), each yielded
+    as soon as its bytes are there; only ``"yield"`` and ``"close"`` are observed.
     """
     headers = _gather(index_or_paths)
     chunks = _plan_chunks(headers, max_bytes)
-    return _stream(chunks, max_bytes, _device(device), handle, observe)
+    device = _device(device)
+    if device.type != "cpu":
+        return _stream_to_device(chunks, max_bytes, device, observe)
+    return _stream(chunks, max_bytes, device, handle, observe)
+
+
+def _stream_to_device(chunks, max_bytes, device, observe):
+    """stream on a GPU: chunk by chunk, each chunk's tensors made on the device and read into
+    through a ring within ``max_bytes``, yielded as each one's bytes have arrived."""
+    resident = _staged.SLOTS * _staged.SLOT_SIZE
+    if max_bytes < resident:
+        slots, size = _staged.ring_bytes_for(max_bytes)
+        resident = slots * size
+    for i, chunk in enumerate(chunks):
+        names = {entry.name for entry in chunk.entries}
+        for name, tensor in _to_device([chunk.header], device, names, max_bytes):
+            if observe is not None:
+                observe(dict(event="yield", chunk=i, name=name, resident=resident))
+            yield name, tensor
+    if observe is not None:
+        observe(dict(event="close", resident=0))
 
 
 class _Arena:

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <atomic>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -21,6 +23,7 @@
 #include "handle.hpp"
 #include "mapped.hpp"
 #include "pinned.hpp"
+#include "staged.hpp"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
@@ -38,8 +41,8 @@ nvmeio::batch_request piece_of(const torch::Tensor& buffer, std::int64_t offset,
     if (!buffer.defined()) throw std::invalid_argument(what() + " is an undefined tensor");
     if (!buffer.is_cpu()) {
         throw std::invalid_argument(what() + " is on " + buffer.device().str() +
-                                    "; nvmeio_torch moves CPU tensors only (copy it to the CPU, "
-                                    "or into new_cpu_locked_tensor memory, first)");
+                                    "; this call moves CPU tensors (CUDA tensors go by file name, "
+                                    "through a staging ring)");
     }
     if (!buffer.is_contiguous()) {
         throw std::invalid_argument(what() + " is not contiguous (call .contiguous() on it)");
@@ -128,12 +131,85 @@ class py_handle {
     int wait() {
         request_list released;
         py::gil_scoped_release unlocked;
-        return handle_.wait(released);
+        return handle_.wait(released) + staged_done_.exchange(0);
+    }
+
+    // Tensors on a CUDA device (CPU ones beside them): through a staging ring of that device,
+    // in the call itself; an async call counts as one request done for the next wait(). A
+    // synchronous call first waits for what is queued, as the handle's own do.
+    int start_staged(nvmeio::operation op, const std::vector<torch::Tensor>& tensors,
+                     const std::vector<std::int64_t>& offsets, const std::string& path,
+                     bool async, const char* method) {
+        handle_.require_usable();
+        int device = -1;
+        std::vector<nvmeio::staged_range> ranges;
+        for (std::size_t i = 0; i < tensors.size(); ++i) {
+            const torch::Tensor& t = tensors[i];
+            const std::string what = std::string(method) + ": tensor " + std::to_string(i);
+            if (!t.defined()) throw std::invalid_argument(what + " is an undefined tensor");
+            if (!t.is_contiguous()) {
+                throw std::invalid_argument(what + " is not contiguous (call .contiguous() on it)");
+            }
+            if (offsets[i] < 0) {
+                throw std::invalid_argument(what + ": its offset must not be negative (got " +
+                                            std::to_string(offsets[i]) + ")");
+            }
+            if (t.is_cuda()) {
+                if (device >= 0 && device != t.get_device()) {
+                    throw std::invalid_argument(what + " is on " + t.device().str() +
+                                                ", another tensor on cuda:" +
+                                                std::to_string(device) + ": one device a call");
+                }
+                device = t.get_device();
+            } else if (!t.is_cpu()) {
+                throw std::invalid_argument(what + " is on " + t.device().str() +
+                                            "; nvmeio_torch moves CPU and CUDA tensors");
+            }
+            const std::size_t n = t.nbytes();
+            ranges.push_back({0, static_cast<std::uint64_t>(offsets[i]), n,
+                              n == 0 ? 0 : reinterpret_cast<std::uintptr_t>(t.data_ptr()),
+                              t.is_cpu()});
+        }
+        // The tensors were written, or allocated, on torch's stream; the ring copies on its own.
+        py::module_::import("torch").attr("cuda").attr("current_stream")(device).attr(
+            "synchronize")();
+        int earlier = 0;
+        request_list released;
+        {
+            py::gil_scoped_release unlocked;
+            if (!async) earlier = handle_.wait(released) + staged_done_.exchange(0);
+            auto& ring = rings_[device];
+            if (!ring) {
+                const handle_settings& s = handle_.settings();
+                ring_settings r;
+                r.device = device;
+                r.threads = s.intra_op_parallelism;
+                r.queue_depth = s.queue_depth;
+                r.block_size = s.block_size;
+                ring = make_staging_ring(r);
+            }
+            auto job = ring->start(op, {path}, std::move(ranges), false);
+            while (job->pending())
+                (void)job->advance();
+        }
+        if (async) {
+            ++staged_done_;
+            return 0;
+        }
+        return earlier + 1;
     }
 
   private:
     aio_handle handle_;
+    std::atomic<int> staged_done_{0};
+    std::map<int, std::unique_ptr<staging_ring_base>> rings_;  // per CUDA device, made at first use
 };
+
+bool any_cuda(const std::vector<torch::Tensor>& tensors) {
+    for (const torch::Tensor& t : tensors)
+        if (t.defined() && t.is_cuda()) return true;
+    return false;
+}
 
 // io_error and the other system errors become OSError(errno, message, filename), which Python
 // turns into FileNotFoundError, PermissionError... by errno.
@@ -186,6 +262,14 @@ int one_shot(nvmeio::operation op, const torch::Tensor& buffer, const std::strin
     return 0;
 }
 
+void refuse_validate(bool validate, const char* method) {
+    if (validate) {
+        throw std::invalid_argument(std::string(method) +
+                                    ": validate compares CPU tensors with the file; pass "
+                                    "validate=False for a CUDA tensor");
+    }
+}
+
 // DeepSpeed's read and write methods, in its three shapes: (buffer, filename, validate,
 // file_offset) returning 0; (..., validate, async, file_offset) returning DeepSpeed's count;
 // and the sync_/async_ (buffer, filename, file_offset) forms.
@@ -197,6 +281,11 @@ void def_transfers(py::class_<py_handle>& c) {
             plain,
             [op, plain](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
                         bool validate, std::int64_t file_offset) {
+                if (buffer.defined() && buffer.is_cuda()) {
+                    refuse_validate(validate, plain);
+                    h.start_staged(op, {buffer}, {file_offset}, filename, false, plain);
+                    return 0;
+                }
                 h.start(make_request(op, buffer, file_offset, validate, plain), filename, false);
                 return 0;
             },
@@ -206,6 +295,10 @@ void def_transfers(py::class_<py_handle>& c) {
             either,
             [op, either](py_handle& h, const torch::Tensor& buffer, const std::string& filename,
                          bool validate, bool async, std::int64_t file_offset) {
+                if (buffer.defined() && buffer.is_cuda()) {
+                    refuse_validate(validate, either);
+                    return h.start_staged(op, {buffer}, {file_offset}, filename, async, either);
+                }
                 return h.start(make_request(op, buffer, file_offset, validate, either), filename,
                                async);
             },
@@ -217,6 +310,9 @@ void def_transfers(py::class_<py_handle>& c) {
                 name,
                 [op, async, name](py_handle& h, const torch::Tensor& buffer,
                                   const std::string& filename, std::int64_t file_offset) {
+                    if (buffer.defined() && buffer.is_cuda()) {
+                        return h.start_staged(op, {buffer}, {file_offset}, filename, async, name);
+                    }
                     return h.start(make_request(op, buffer, file_offset, false, name), filename,
                                    async);
                 },
@@ -230,6 +326,14 @@ void def_transfers(py::class_<py_handle>& c) {
                 [op, async, name](py_handle& h, const std::vector<torch::Tensor>& tensors,
                                   const std::string& filename,
                                   const std::vector<std::int64_t>& offsets) {
+                    if (any_cuda(tensors)) {
+                        if (tensors.size() != offsets.size()) {
+                            throw std::invalid_argument(
+                                std::string(name) + ": " + std::to_string(tensors.size()) +
+                                " tensors but " + std::to_string(offsets.size()) + " offsets");
+                        }
+                        return h.start_staged(op, tensors, offsets, filename, async, name);
+                    }
                     return h.start(make_batch(op, tensors, offsets, name), filename, async);
                 },
                 "tensors"_a, "filename"_a, "offsets"_a,
@@ -271,6 +375,148 @@ void def_locked_tensors(Class& c) {
             },
             "buffer"_a)
         .def("_locked_tensors", [](self&) { return pinned_registry::shared().live(); });
+}
+
+
+// A staged job for Python: the job, and what Python must keep alive while it runs (the tensors
+// its ranges point into).
+struct py_staged_job {
+    std::unique_ptr<staged_job> job;
+    py::object keep;
+
+    std::vector<std::size_t> advance() {
+        if (!job) throw std::logic_error("staged_job: closed");
+        try {
+            py::gil_scoped_release unlocked;
+            return job->advance();
+        } catch (const nvmeio::staged_error& e) {
+            // OSError(errno, message, filename), with the range the failed bytes belong to.
+            py::object error = py::module_::import("builtins")
+                                   .attr("OSError")(e.code().value(), std::string(e.what()),
+                                                    e.path());
+            error.attr("range") = e.range();
+            PyErr_SetObject(PyExc_OSError, error.ptr());
+            throw py::error_already_set();
+        }
+    }
+
+    void close() {
+        std::unique_ptr<staged_job> ending = std::move(job);
+        {
+            py::gil_scoped_release unlocked;  // waits for copies in flight
+            ending.reset();
+        }
+        keep = py::none();
+    }
+};
+
+std::vector<nvmeio::staged_range> staged_ranges(const std::vector<std::int64_t>& files,
+                                                const std::vector<std::int64_t>& offsets,
+                                                const std::vector<std::int64_t>& lengths,
+                                                const std::vector<std::uint64_t>& addresses,
+                                                const std::vector<bool>& on_host) {
+    const std::size_t n = files.size();
+    if (offsets.size() != n || lengths.size() != n || addresses.size() != n ||
+        on_host.size() != n) {
+        throw std::invalid_argument("staging_ring.start: files, offsets, lengths, addresses and "
+                                    "on_host must be of one length");
+    }
+    std::vector<nvmeio::staged_range> ranges(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        if (files[i] < 0 || offsets[i] < 0 || lengths[i] < 0) {
+            throw std::invalid_argument("staging_ring.start: range " + std::to_string(i) +
+                                        " has a negative file, offset or length");
+        }
+        ranges[i] = {static_cast<std::size_t>(files[i]), static_cast<std::uint64_t>(offsets[i]),
+                     static_cast<std::size_t>(lengths[i]),
+                     static_cast<std::uintptr_t>(addresses[i]), static_cast<bool>(on_host[i])};
+    }
+    return ranges;
+}
+
+void def_staged(py::module_& m) {
+    py::class_<py_staged_job>(m, "staged_job")
+        .def("advance", &py_staged_job::advance,
+             "Moves one slot's bytes; returns the ranges completed since the last call.")
+        .def_property_readonly("pending",
+                               [](const py_staged_job& j) { return j.job && j.job->pending(); })
+        .def_property_readonly(
+            "outcome",
+            [](const py_staged_job& j) {
+                if (!j.job) throw std::logic_error("staged_job: closed");
+                const nvmeio::staged_outcome o = j.job->outcome();
+                return py::dict("file_bytes"_a = o.file_bytes, "windows"_a = o.windows,
+                                "copies"_a = o.copies);
+            })
+        .def_property_readonly("crcs",
+                               [](const py_staged_job& j) {
+                                   if (!j.job) throw std::logic_error("staged_job: closed");
+                                   return j.job->crcs();
+                               })
+        .def("close", &py_staged_job::close,
+             "Waits for copies in flight and lets the ring serve another job.");
+
+    py::class_<staging_ring_base>(m, "staging_ring")
+        .def(py::init([](int device, std::int64_t slots, std::int64_t slot_size,
+                         std::int64_t threads, std::int64_t queue_depth,
+                         std::int64_t block_size) {
+                 const auto positive = [](const char* name, std::int64_t value) {
+                     if (value < 1) {
+                         throw std::invalid_argument(std::string("staging_ring: ") + name +
+                                                     " must be positive (got " +
+                                                     std::to_string(value) + ")");
+                     }
+                 };
+                 positive("slots", slots);
+                 positive("slot_size", slot_size);
+                 positive("threads", threads);
+                 positive("queue_depth", queue_depth);
+                 positive("block_size", block_size);
+                 ring_settings s;
+                 s.device = device;
+                 s.slots = static_cast<unsigned>(slots);
+                 s.slot_size = static_cast<std::size_t>(slot_size);
+                 s.threads = static_cast<unsigned>(threads);
+                 s.queue_depth = static_cast<unsigned>(queue_depth);
+                 s.block_size = static_cast<std::size_t>(block_size);
+                 py::gil_scoped_release unlocked;  // page-locking the slots takes a while
+                 return make_staging_ring(s);
+             }),
+             "device"_a = -1, "slots"_a = 4, "slot_size"_a = 64 << 20, "threads"_a = 4,
+             "queue_depth"_a = 32, "block_size"_a = 1 << 20)
+        .def_property_readonly("device",
+                               [](const staging_ring_base& r) { return r.settings().device; })
+        .def_property_readonly("bytes", &staging_ring_base::bytes)
+        .def_property_readonly("slots",
+                               [](const staging_ring_base& r) { return r.settings().slots; })
+        .def_property_readonly(
+            "slot_size", [](const staging_ring_base& r) { return r.settings().slot_size; })
+        .def(
+            "start",
+            [](staging_ring_base& ring, const std::string& op,
+               const std::vector<std::string>& paths, const std::vector<std::int64_t>& files,
+               const std::vector<std::int64_t>& offsets, const std::vector<std::int64_t>& lengths,
+               const std::vector<std::uint64_t>& addresses, const std::vector<bool>& on_host,
+               bool checksum, py::object keep) {
+                if (op != "read" && op != "write") {
+                    throw std::invalid_argument("staging_ring.start: op must be 'read' or "
+                                                "'write', not '" + op + "'");
+                }
+                auto ranges = staged_ranges(files, offsets, lengths, addresses, on_host);
+                auto job = std::make_unique<py_staged_job>();
+                {
+                    py::gil_scoped_release unlocked;  // opening files can block
+                    job->job = ring.start(
+                        op == "read" ? nvmeio::operation::read : nvmeio::operation::write, paths,
+                        std::move(ranges), checksum);
+                }
+                job->keep = std::move(keep);
+                return job;
+            },
+            py::keep_alive<0, 1>(), "op"_a, "paths"_a, "files"_a, "offsets"_a, "lengths"_a,
+            "addresses"_a, "on_host"_a, "checksum"_a = false, "keep"_a = py::none(),
+            "Starts a staged read or write of ranges (files[i] indexes paths); keep is held "
+            "until the job closes.");
 }
 
 }  // namespace
@@ -394,6 +640,8 @@ PYBIND11_MODULE(_C, m) {
             "buffer"_a, "fd"_a, "file_offset"_a = 0);
     nvmeio_torch::def_transfers(handle);
     nvmeio_torch::def_locked_tensors(handle);
+
+    nvmeio_torch::def_staged(m);
 
     // DeepSpeed's pin_memory op: the locked tensors without I/O.
     py::class_<nvmeio_torch::pin_handle> pin(m, "pin_handle");

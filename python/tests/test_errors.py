@@ -75,7 +75,7 @@ def test_bad_tensors_raise_value_or_type_errors(workdir):
     write_file(path, random_bytes(4096))
     with pytest.raises(ValueError, match="not contiguous"):
         h.sync_pread(torch.zeros(64, 64, dtype=torch.uint8)[:, 0], path)
-    with pytest.raises(ValueError, match="CPU tensors only"):
+    with pytest.raises(ValueError, match="is on meta; this call moves CPU tensors"):
         h.async_pwrite(torch.zeros(8, device="meta"), path)
     with pytest.raises(ValueError, match="file_offset must not be negative"):
         h.sync_pread(torch.zeros(8, dtype=torch.uint8), path, -4096)

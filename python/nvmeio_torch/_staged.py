@@ -1,0 +1,144 @@
+"""Tensors between files and a GPU through nvmeio's staging ring (``nvmeio/staged.hpp``): the
+file's bytes are read with O_DIRECT into K page-locked slots and copied to the GPU on a stream of
+nvmeio's own while the next slots are read (writes run the other way), so host memory stays at
+the ring's K x slot bytes, whatever the size of the model.
+
+Every loader and saver of nvmeio_torch that meets a CUDA device comes here: one pipeline.
+
+The rings are kept, one per device, for the process's next transfers (page-locking 256 MiB
+costs about as much as moving it); ``release_rings()`` frees them. A thread that finds its
+device's ring in use (another thread's load) gets a ring of its own for that transfer.
+"""
+
+import contextlib
+import os
+import re
+import threading
+
+import torch
+
+from . import _C
+
+SLOTS = 4
+SLOT_SIZE = 64 << 20
+_ALIGN = 4096
+
+_rings = {}  # (device index, slots, slot size) -> an idle ring
+_lock = threading.Lock()
+
+
+def _threads():
+    return max(1, min(8, len(os.sched_getaffinity(0))))
+
+
+def device_index(device):
+    """The CUDA device index of ``device`` (a torch.device of type cuda), the current one when
+    it names none; -1 for the CPU (the ring's host engine)."""
+    if device.type == "cpu":
+        return -1
+    if device.type != "cuda":
+        raise ValueError(f"nvmeio_torch moves tensors to and from the CPU and CUDA devices, not "
+                         f"{device}")
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
+def ring_bytes_for(max_bytes):
+    """(slots, slot size) of a ring within ``max_bytes`` bytes of host memory: the default when
+    it fits, else 2 to 4 slots of whole pages."""
+    if max_bytes is None or SLOTS * SLOT_SIZE <= max_bytes:
+        return SLOTS, SLOT_SIZE
+    slots = 4 if max_bytes >= 4 * _ALIGN else 2
+    size = max_bytes // slots // _ALIGN * _ALIGN
+    if size < _ALIGN:
+        raise ValueError(f"a staging ring needs at least {2 * _ALIGN} bytes, not {max_bytes}")
+    return slots, size
+
+
+@contextlib.contextmanager
+def ring_for(index, slots=SLOTS, slot_size=SLOT_SIZE):
+    """An idle ring of device ``index`` (-1: the host's), kept for the next transfer after."""
+    key = (index, slots, slot_size)
+    with _lock:
+        ring = _rings.pop(key, None)
+    if ring is None:
+        ring = _C.staging_ring(index, slots, slot_size, threads=_threads())
+    try:
+        yield ring
+    finally:
+        with _lock:
+            _rings.setdefault(key, ring)
+
+
+def release_rings():
+    """Frees the kept rings (their page-locked host memory)."""
+    with _lock:
+        _rings.clear()
+
+
+def _bytes_view(tensor):
+    """The contiguous tensor's bytes as a flat uint8 tensor on its device."""
+    return tensor.reshape(-1).view(torch.uint8) if tensor.dim() else tensor.reshape(1).view(
+        torch.uint8)
+
+
+def transfer(op, items, device, *, max_bytes=None, checksum=False, crcs=None):
+    """Moves ``items`` — ``(path, file offset, tensor, name)``, each contiguous tensor's bytes at
+    that offset of that file — between the files and the tensors (op ``"read"`` or
+    ``"write"``) through the ring of ``device``; a generator yielding each item's index as its
+    bytes have arrived (in its tensor for a read, in the file for a write).
+
+    Tensors on the CPU are copied by the ring's own memcpy. Writes with ``checksum`` append each
+    item's CRC-32 to the list ``crcs`` once done. An I/O failure raises ``OSError`` naming the
+    file, the offset and the item's name; nothing is left in flight."""
+    index = device_index(device)
+    paths, where = [], {}
+    files, offsets, lengths, addresses, on_host = [], [], [], [], []
+    for path, offset, tensor, name in items:
+        if tensor.device.type != "cpu" and (tensor.device.type != "cuda" or
+                                            tensor.device.index != index):
+            raise ValueError(f"{name}: on {tensor.device}, and this transfer is to {device}")
+        if not tensor.is_contiguous():
+            raise ValueError(f"{name}: not contiguous")
+        files.append(where.setdefault(path, len(where)))
+        if files[-1] == len(paths):
+            paths.append(path)
+        offsets.append(offset)
+        nbytes = tensor.numel() * tensor.element_size()
+        lengths.append(nbytes)
+        addresses.append(tensor.data_ptr() if nbytes else 0)
+        on_host.append(tensor.device.type == "cpu")
+    slots, slot_size = ring_bytes_for(max_bytes)
+    with ring_for(index, slots, slot_size) as ring:
+        if index >= 0:
+            # Destinations were allocated, and sources written, on torch's stream of the device;
+            # nvmeio's copies run on a stream of their own.
+            torch.cuda.current_stream(index).synchronize()
+        try:
+            job = ring.start(op, paths, files, offsets, lengths, addresses, on_host, checksum,
+                             [item[2] for item in items])
+        except ValueError as error:
+            found = re.search(r"range (\d+) ", str(error))
+            if found is None:
+                raise
+            raise ValueError(f"{error} (tensor {items[int(found.group(1))][3]!r})") from None
+        try:
+            while job.pending:
+                try:
+                    done = job.advance()
+                except OSError as error:
+                    item = getattr(error, "range", None)
+                    if item is None:
+                        raise
+                    raise OSError(error.errno, f"{error.strerror} (tensor {items[item][3]!r})",
+                                  error.filename) from error
+                yield from done
+            if checksum and crcs is not None:
+                crcs.extend(job.crcs)
+        finally:
+            job.close()
+
+
+def run(op, items, device, **options):
+    """``transfer`` to its end."""
+    for _ in transfer(op, items, device, **options):
+        pass

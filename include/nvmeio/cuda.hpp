@@ -60,6 +60,9 @@ struct cuda_driver {
     result (*copy_to_host)(void*, device_pointer, std::size_t, stream) = nullptr;
     ///< cuMemcpyDtoHAsync
     result (*error_name)(result, const char**) = nullptr;  ///< cuGetErrorName
+    result (*allocate)(device_pointer*, std::size_t) = nullptr;         ///< cuMemAlloc
+    result (*free)(device_pointer) = nullptr;                           ///< cuMemFree
+    result (*copy_back)(void*, device_pointer, std::size_t) = nullptr;  ///< cuMemcpyDtoH
 
     /// The process's driver, opened once (thread-safe); std::system_error ENOENT naming the
     /// library and why it could not be opened, or the function it lacks.
@@ -106,6 +109,9 @@ struct cuda_driver {
         find(d.copy_to_device, "cuMemcpyHtoDAsync_v2");
         find(d.copy_to_host, "cuMemcpyDtoHAsync_v2");
         find(d.error_name, "cuGetErrorName");
+        find(d.allocate, "cuMemAlloc_v2");
+        find(d.free, "cuMemFree_v2");
+        find(d.copy_back, "cuMemcpyDtoH_v2");
         if (!missing.empty()) return {d, "the CUDA driver (libcuda.so.1) lacks " + missing};
         return {d, ""};  // the library stays open for the process
     }
@@ -232,6 +238,28 @@ class cuda_copy_engine {
         current guard(*this);
         check(driver_.event_synchronize(events_.at(slot)), "cuEventSynchronize");
     }
+    /// `bytes` of device memory (for callers without a framework's allocator); free it with
+    /// `release`. std::system_error when the device has too little.
+    [[nodiscard]] std::uintptr_t allocate(std::size_t bytes) {
+        current guard(*this);
+        cuda_driver::device_pointer p = 0;
+        check(driver_.allocate(&p, bytes), "cuMemAlloc", bytes);
+        return static_cast<std::uintptr_t>(p);
+    }
+    /// Frees memory from `allocate`.
+    void release(std::uintptr_t memory) noexcept {
+        if (driver_.push(context_) != 0) return;
+        (void)driver_.free(memory);
+        cuda_driver::context popped = nullptr;
+        (void)driver_.pop(&popped);
+    }
+    /// Copies `n` bytes at device address `from` to host memory `to` and waits (to check what
+    /// a transfer left on the device).
+    void copy_back(void* to, std::uintptr_t from, std::size_t n) {
+        current guard(*this);
+        check(driver_.copy_back(to, from, n), "cuMemcpyDtoH", n);
+    }
+
     /// True when the slot's marked copies completed (a failed copy shows in `wait`).
     [[nodiscard]] bool ready(unsigned slot) {
         current guard(*this);

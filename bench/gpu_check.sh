@@ -7,7 +7,8 @@
 #   bench/gpu_check.sh --pack            here: put what that machine lacks (libaio, liburing,
 #                                        CLI11 and nlohmann-json headers, a static fio) in
 #                                        .devcarry/ (git-ignored) to be carried along
-#   bench/gpu_check.sh OUT [SIZE] [ROUNDS]   there: write every log into folder OUT
+#   bench/gpu_check.sh OUT [SIZE|tests] [ROUNDS]   there: write every log into folder OUT
+#                                        (tests: build and run the tests only)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 carry=.devcarry
@@ -75,8 +76,9 @@ export PYTHONPATH=$build PATH=$here/$carry/bin:$PATH
 
 step tests
 NVMEIO_TORCH_TEST_DIR=$here/build-gpu/test-files timeout 100 python3 -m pytest -q -p no:cacheprovider \
-    -x python/tests/test_gpu.py python/tests/test_staged.py >"$out/tests.txt" 2>&1
+    python/tests/test_gpu.py python/tests/test_staged.py >"$out/tests.txt" 2>&1
 echo "exit $?" >>"$out/tests.txt"
+[[ $size == tests ]] && exit 0  # gpu_check.sh OUT tests: build and tests only
 
 step bench RAM device
 ram=$(scripts/ram_device.sh --size 12G 2>>"$out/bench_ram.txt")

@@ -293,7 +293,7 @@ def _weights_globals():
                ("builtins", "bytearray"), ("builtins", "slice"), ("builtins", "range"),
                ("_codecs", "encode")}
     allowed |= {("torch._utils", name) for name in (
-        "_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_parameter",
+        "_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter",
         "_rebuild_parameter_with_state", "_rebuild_sparse_tensor", "_rebuild_sparse_csr_tensor",
         "_rebuild_meta_tensor_no_storage")}
     allowed |= {("torch", name) for name in dir(torch)
@@ -318,7 +318,10 @@ class _Unpickler(pickle.Unpickler):
 
     def find_class(self, module, name):
         module = {"__builtin__": "builtins", "torch.tensor": "torch._tensor"}.get(module, module)
-        if module == "torch" and isinstance(name, str) and name.endswith("Storage"):
+        # torch 2 pickles the storages of tensors rebuilt by _rebuild_tensor_v3 (dtypes without
+        # a typed storage class: uint16/32/64, float8...) as torch.storage.UntypedStorage.
+        if module in ("torch", "torch.storage") and isinstance(name, str) and \
+                name.endswith("Storage"):
             storage_type = _storage_type(name)
             if storage_type is not None:
                 return storage_type

@@ -545,3 +545,15 @@ def test_load_peak_memory_is_the_bytes_loaded(workdir, writer):
     grown, loaded = map(int, done.stdout.split())
     assert loaded == 96 << 20
     assert grown <= 1.1 * loaded, f"peak RSS grew by {grown} bytes to load {loaded}"
+
+
+def test_untyped_storages_load_with_weights_only(workdir):
+    """torch 2 pickles the storage of a tensor whose dtype has no typed storage class (uint16,
+    float8...; rebuilt by _rebuild_tensor_v3) as the global torch.storage.UntypedStorage; an
+    untyped storage saved on its own is pickled the same way here."""
+    path = os.path.join(workdir, "u.pt")
+    t = torch.arange(10, dtype=torch.int16)
+    untyped = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage().untyped()
+    nvmeio_torch.save({"s": untyped}, path)
+    loaded = nvmeio_torch.load(path)["s"]
+    assert bytes(loaded) == bytes(torch.load(path)["s"])

@@ -387,13 +387,45 @@ def _is_zip(head):
     return head[:4] in (b"PK\x03\x04", b"PK\x05\x06")
 
 
+def _untyped_of(tensor):
+    """The untyped storage under a tensor (torch 1.13 and 2.x)."""
+    return tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else \
+        _untyped(tensor.storage())
+
+
+def _persistent_loader(path, data_entries, data_prefix, storage_of):
+    """The persistent_load of an unpickler of ``path``: checks each storage's persistent id and
+    record, and makes each storage once, as ``storage_of(record, nbytes, location)`` returns
+    it (an untyped storage), typed as the pickle says."""
+    loaded = {}
+
+    def persistent_load(saved_id):
+        if not isinstance(saved_id, tuple) or len(saved_id) != 5:
+            raise pickle.UnpicklingError(f"{path}: unexpected persistent id {saved_id!r}")
+        typename, storage_type, key, location, numel = saved_id
+        typename = typename.decode("ascii") if isinstance(typename, bytes) else typename
+        if typename != "storage" or not isinstance(storage_type, _StorageType):
+            raise pickle.UnpicklingError(f"{path}: unexpected persistent id {saved_id!r}")
+        location = location.decode("ascii") if isinstance(location, bytes) else location
+        if key not in loaded:
+            e = data_entries.get(key)
+            if e is None:
+                raise ValueError(f"{path}: the pickle refers to a record {data_prefix}{key} "
+                                 "the archive lacks")
+            nbytes = numel * _element_size(storage_type.dtype)
+            if nbytes > e.size:
+                raise ValueError(f"{path}: record {e.name!r} holds {e.size} bytes, the pickle "
+                                 f"wants {nbytes}")
+            loaded[key] = _typed_storage(storage_of(e, nbytes, location), storage_type.dtype)
+        return loaded[key]
+
+    return persistent_load
+
+
 def _probe(restore_location, location):
     """Where restore_location puts a storage saved at ``location``: it is called with an empty
     CPU storage, and the device of what it returns is the answer."""
-    empty = torch.empty(0, dtype=torch.uint8)
-    untyped = empty.untyped_storage() if hasattr(empty, "untyped_storage") else \
-        _untyped(empty.storage())
-    result = restore_location(untyped, location)
+    result = restore_location(_untyped_of(torch.empty(0, dtype=torch.uint8)), location)
     return getattr(result, "device", torch.device("cpu"))
 
 
@@ -444,37 +476,19 @@ def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, fil
         raise ValueError(f"{path}: record {e.name!r} has its local header at "
                          f"{e.header_offset}, past the end of the file")
 
-    loaded, items = {}, {}
+    items = {}
 
-    def persistent_load(saved_id):
-        if not isinstance(saved_id, tuple) or len(saved_id) != 5:
-            raise pickle.UnpicklingError(f"{path}: unexpected persistent id {saved_id!r}")
-        typename, storage_type, key, location, numel = saved_id
-        typename = typename.decode("ascii") if isinstance(typename, bytes) else typename
-        if typename != "storage" or not isinstance(storage_type, _StorageType):
-            raise pickle.UnpicklingError(f"{path}: unexpected persistent id {saved_id!r}")
-        location = location.decode("ascii") if isinstance(location, bytes) else location
-        if key not in loaded:
-            e = data_entries.get(key)
-            if e is None:
-                raise ValueError(f"{path}: the pickle refers to a record {data_prefix}{key} "
-                                 "the archive lacks")
-            nbytes = numel * _element_size(storage_type.dtype)
-            if nbytes > e.size:
-                raise ValueError(f"{path}: record {e.name!r} holds {e.size} bytes, the pickle "
-                                 f"wants {nbytes}")
-            device = _probe(restore_location, location)
-            if device.type not in ("cpu", "cuda"):
-                raise ValueError(f"{path}: map_location puts record {e.name!r} on {device}; "
-                                 "nvmeio_torch.load restores to the CPU and CUDA devices")
-            flat = torch.empty(nbytes, dtype=torch.uint8, device=device)
-            if nbytes:
-                items.setdefault(flat.device, []).append((path, data_offset(e), flat, e.name))
-            untyped = flat.untyped_storage() if hasattr(flat, "untyped_storage") else \
-                _untyped(flat.storage())
-            loaded[key] = _typed_storage(untyped, storage_type.dtype)
-        return loaded[key]
+    def storage_of(e, nbytes, location):
+        device = _probe(restore_location, location)
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{path}: map_location puts record {e.name!r} on {device}; "
+                             "nvmeio_torch.load restores to the CPU and CUDA devices")
+        flat = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        if nbytes:
+            items.setdefault(flat.device, []).append((path, data_offset(e), flat, e.name))
+        return _untyped_of(flat)
 
+    persistent_load = _persistent_loader(path, data_entries, data_prefix, storage_of)
     result = _Unpickler(io.BytesIO(pickled), path, weights_only, persistent_load).load()
     cuda = sorted((d for d in items if d.type == "cuda"), key=str)
     for n, device in enumerate(cuda):
@@ -624,31 +638,11 @@ def load(path, map_location=None, weights_only=True, handle=None):
         handle.sync_pread_batch(buffers, path, file_offsets)
     array = arena.numpy()
 
-    loaded = {}
+    def storage_of(e, nbytes, location):
+        view = torch.from_numpy(record_bytes(e, data_placed, array)[:nbytes])
+        return restore_location(_untyped_of(view), location)
 
-    def persistent_load(saved_id):
-        if not isinstance(saved_id, tuple) or len(saved_id) != 5:
-            raise pickle.UnpicklingError(f"{path}: unexpected persistent id {saved_id!r}")
-        typename, storage_type, key, location, numel = saved_id
-        typename = typename.decode("ascii") if isinstance(typename, bytes) else typename
-        if typename != "storage" or not isinstance(storage_type, _StorageType):
-            raise pickle.UnpicklingError(f"{path}: unexpected persistent id {saved_id!r}")
-        location = location.decode("ascii") if isinstance(location, bytes) else location
-        if key not in loaded:
-            e = data_entries.get(key)
-            if e is None:
-                raise ValueError(f"{path}: the pickle refers to a record {data_prefix}{key} "
-                                 "the archive lacks")
-            nbytes = numel * _element_size(storage_type.dtype)
-            if nbytes > e.size:
-                raise ValueError(f"{path}: record {e.name!r} holds {e.size} bytes, the pickle "
-                                 f"wants {nbytes}")
-            view = torch.from_numpy(record_bytes(e, data_placed, array)[:nbytes])
-            untyped = _untyped(view.storage()) if not hasattr(view, "untyped_storage") \
-                else view.untyped_storage()
-            loaded[key] = _typed_storage(restore_location(untyped, location), storage_type.dtype)
-        return loaded[key]
-
+    persistent_load = _persistent_loader(path, data_entries, data_prefix, storage_of)
     unpickler = _Unpickler(io.BytesIO(pickled), path, weights_only, persistent_load)
     result = unpickler.load()
     validate = getattr(torch._utils, "_validate_loaded_sparse_tensors", None)

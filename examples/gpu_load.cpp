@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <memory>
 #include <iostream>
+#include <memory>
 #include <nvmeio/cuda.hpp>
 #include <nvmeio/nvmeio.hpp>
 #include <nvmeio/staged.hpp>
@@ -72,7 +72,8 @@ plan read_command_line(int argc, char** argv) {
     support::parse_command_line(app, argc, argv);
     p.flags.check();
     p.generate = generate->count() != 0;
-    if (p.slot_size % 4096 != 0) throw support::usage_error("--slot-size", "must be a multiple of 4K");
+    if (p.slot_size % 4096 != 0)
+        throw support::usage_error("--slot-size", "must be a multiple of 4K");
     return p;
 }
 
@@ -133,7 +134,7 @@ int run(const plan& p) {
         ranges.push_back({0, t.offset, static_cast<std::size_t>(t.size), 0, false});
         device_bytes += nvmeio::align_up(t.size, 256);
     }
-    const std::uintptr_t memory = engine->allocate(static_cast<std::size_t>(device_bytes));
+    const std::uintptr_t memory = engine->allocate_device(static_cast<std::size_t>(device_bytes));
     std::uint64_t at = 0;
     for (std::size_t i = 0; i < ranges.size(); ++i) {
         ranges[i].address = ranges[i].length == 0 ? 0 : memory + at;
@@ -152,7 +153,7 @@ int run(const plan& p) {
         seconds.push_back(example::now_seconds() - start);
         wrong = check_on_device(*engine, layout, ranges, p.path);
     }
-    engine->release(memory);
+    engine->free_device(memory);
     std::sort(seconds.begin(), seconds.end());
     const double median = seconds[seconds.size() / 2];
     std::printf("load to cuda:%d: median %.3f s, %.2f GB/s (%zu runs)\n", p.device, median,

@@ -59,7 +59,7 @@ struct cuda_driver {
     ///< cuMemcpyHtoDAsync
     result (*copy_to_host)(void*, device_pointer, std::size_t, stream) = nullptr;
     ///< cuMemcpyDtoHAsync
-    result (*error_name)(result, const char**) = nullptr;  ///< cuGetErrorName
+    result (*error_name)(result, const char**) = nullptr;               ///< cuGetErrorName
     result (*allocate)(device_pointer*, std::size_t) = nullptr;         ///< cuMemAlloc
     result (*free)(device_pointer) = nullptr;                           ///< cuMemFree
     result (*copy_back)(void*, device_pointer, std::size_t) = nullptr;  ///< cuMemcpyDtoH
@@ -202,7 +202,7 @@ class cuda_copy_engine {
                 events_.push_back(e);
             }
         } catch (...) {
-            release();
+            forget_ring();
             throw;
         }
     }
@@ -210,12 +210,13 @@ class cuda_copy_engine {
     /// Waits for every slot, destroys the events and unlocks the memory.
     void detach() noexcept {
         if (memory_ == nullptr) return;
-        if (driver_.push(context_) != 0) return;
-        for (cuda_driver::event e : events_)
-            (void)driver_.event_synchronize(e);
-        cuda_driver::context popped = nullptr;
-        (void)driver_.pop(&popped);
-        release();
+        if (driver_.push(context_) == 0) {
+            for (cuda_driver::event e : events_)
+                (void)driver_.event_synchronize(e);
+            cuda_driver::context popped = nullptr;
+            (void)driver_.pop(&popped);
+        }
+        forget_ring();
     }
 
     /// Starts copying `n` bytes of a slot to device address `to`.
@@ -239,15 +240,15 @@ class cuda_copy_engine {
         check(driver_.event_synchronize(events_.at(slot)), "cuEventSynchronize");
     }
     /// `bytes` of device memory (for callers without a framework's allocator); free it with
-    /// `release`. std::system_error when the device has too little.
-    [[nodiscard]] std::uintptr_t allocate(std::size_t bytes) {
+    /// `free_device`. std::system_error when the device has too little.
+    [[nodiscard]] std::uintptr_t allocate_device(std::size_t bytes) {
         current guard(*this);
         cuda_driver::device_pointer p = 0;
         check(driver_.allocate(&p, bytes), "cuMemAlloc", bytes);
         return static_cast<std::uintptr_t>(p);
     }
-    /// Frees memory from `allocate`.
-    void release(std::uintptr_t memory) noexcept {
+    /// Frees memory from `allocate_device`.
+    void free_device(std::uintptr_t memory) noexcept {
         if (driver_.push(context_) != 0) return;
         (void)driver_.free(memory);
         cuda_driver::context popped = nullptr;
@@ -302,7 +303,8 @@ class cuda_copy_engine {
         return "CUDA error " + std::to_string(result);
     }
 
-    void release() noexcept {
+    // Destroys the events and unlocks the ring's memory.
+    void forget_ring() noexcept {
         if (driver_.push(context_) == 0) {
             for (cuda_driver::event e : events_)
                 (void)driver_.event_destroy(e);

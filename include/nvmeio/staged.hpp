@@ -22,12 +22,14 @@
 /// - `wait(slot)`: blocks until they have (throws if one failed); `ready(slot)`: asks, without
 ///   blocking.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,7 +81,8 @@ class host_copy_engine {
 };
 
 /// K aligned slots attached to a copy engine (page-locked by a GPU's) for as long as the ring
-/// lives; reused by every staged transfer through it. Move-only; not for two transfers at once.
+/// lives; reused by every staged transfer through it, one at a time (a second `staged_run` on a
+/// ring in use is an std::logic_error). Move-only.
 template <class CopyEngine>
 class staging_ring {
   public:
@@ -93,7 +96,7 @@ class staging_ring {
     }
     staging_ring(const staging_ring&) = delete;
     staging_ring& operator=(const staging_ring&) = delete;
-    /// Takes the other's memory and attachment.
+    /// Takes the other's memory and attachment (the other must not be in use).
     staging_ring(staging_ring&& other) noexcept
         : engine_(std::exchange(other.engine_, nullptr)),
           options_(other.options_),
@@ -115,6 +118,15 @@ class staging_ring {
     /// Host bytes the ring holds.
     [[nodiscard]] std::size_t bytes() const noexcept { return memory_.size(); }
 
+    /// Marks the ring in use by one transfer; std::logic_error when another has it.
+    void take() {
+        if (in_use_.exchange(true)) {
+            throw std::logic_error("staging_ring: another transfer is using this ring");
+        }
+    }
+    /// Lets the next transfer take the ring.
+    void give_back() noexcept { in_use_ = false; }
+
   private:
     static ring_options checked(ring_options options) {
         if (options.slots == 0) detail::throw_invalid("staging_ring: slots must be at least 1");
@@ -130,6 +142,7 @@ class staging_ring {
     CopyEngine* engine_;
     ring_options options_;
     aligned_buffer memory_;
+    std::atomic<bool> in_use_{false};
 };
 
 /// A staged transfer run step by step: each `advance()` moves one window (a slot's bytes) and
@@ -144,10 +157,12 @@ class staging_ring {
 template <class Context, class CopyEngine>
 class staged_run {
   public:
-    /// Checks and plans; std::invalid_argument (naming the range) before anything moves.
+    /// Takes the ring (std::logic_error when another run has it), checks and plans;
+    /// std::invalid_argument (naming the range) before anything moves.
     staged_run(Context& context, staging_ring<CopyEngine>& ring, std::vector<const file*> files,
                std::vector<staged_range> ranges, operation op, transfer_config config = {})
-        : context_(&context),
+        : lease_(ring),
+          context_(&context),
           ring_(&ring),
           files_(std::move(files)),
           ranges_(std::move(ranges)),
@@ -217,12 +232,12 @@ class staged_run {
     // report the older slots whose copies have completed.
     void advance_read(std::vector<std::size_t>& done) {
         if (next_ == plan_.windows.size()) {
-            if (oldest_ < next_) retire(oldest_++, done, true);
+            if (oldest_ < next_) wait_and_retire(oldest_++, done);
             return;
         }
         const std::size_t w = next_;
         const unsigned s = slot_of(w);
-        if (busy_[s] != none) retire(oldest_++, done, true);
+        if (busy_[s] != none) wait_and_retire(oldest_++, done);
         const auto& window = plan_.windows[w];
         move_window(w, operation::read, window.length);
         CopyEngine& engine = ring_->engine();
@@ -242,7 +257,7 @@ class staged_run {
         busy_[s] = w;
         ++next_;
         while (oldest_ < next_ && engine.ready(slot_of(oldest_)))
-            retire(oldest_++, done, true);
+            wait_and_retire(oldest_++, done);
     }
 
     // Writes: fill up to K windows ahead (their copies in flight), then write the oldest once
@@ -263,7 +278,7 @@ class staged_run {
                 }
             }
             move_window(w, operation::write, plan_.windows[w].length);
-            retire(w, done, false);
+            retire(w, done);
         }
     }
 
@@ -315,35 +330,46 @@ class staged_run {
         } catch (const staged_error&) {
             throw;
         } catch (const io_error& e) {
-            throw staged_error(e.failure(), range_at(w, e.failure().offset));
+            throw staged_error(e.failure(), range_at(w, e.failure().offset, e.failure().length));
         }
         outcome_.file_bytes += length;
         ++outcome_.windows;
     }
 
-    // The first range (in the caller's order) of window w holding bytes at or after `offset`.
-    std::size_t range_at(std::size_t w, std::uint64_t offset) const {
+    // The first range (in the caller's order) of window w with bytes in [offset, offset +
+    // length), the failed I/O's; else the first after it; else the window's first.
+    std::size_t range_at(std::size_t w, std::uint64_t offset, std::uint64_t length) const {
         const auto& window = plan_.windows[w];
-        std::size_t found = none;
+        const std::uint64_t end = offset + std::max<std::uint64_t>(length, 1);
+        std::size_t overlapping = none;
+        std::size_t after = none;
         for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
             const auto& piece = plan_.pieces[p];
-            if (window.offset + piece.at + piece.length > offset) {
-                found = std::min(found, piece.range);
+            const std::uint64_t begin = window.offset + piece.at;
+            if (begin < end && begin + piece.length > offset) {
+                overlapping = std::min(overlapping, piece.range);
+            } else if (begin >= end && after == none) {
+                after = piece.range;
             }
         }
-        return found != none ? found : plan_.pieces[window.first_piece].range;
+        if (overlapping != none) return overlapping;
+        return after != none ? after : plan_.pieces[window.first_piece].range;
     }
 
-    // Window w's slot is free again: its ranges' pieces are done.
-    void retire(std::size_t w, std::vector<std::size_t>& done, bool wait) {
+    // Window w's copies have completed (its slot is free again): its ranges' pieces are done.
+    void retire(std::size_t w, std::vector<std::size_t>& done) {
         const unsigned s = slot_of(w);
-        if (wait) ring_->engine().wait(s);
         busy_[s] = none;
         const auto& window = plan_.windows[w];
         for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
             const std::size_t range = plan_.pieces[p].range;
             if (--plan_.pieces_of_range[range] == 0) done.push_back(range);
         }
+    }
+
+    void wait_and_retire(std::size_t w, std::vector<std::size_t>& done) {
+        ring_->engine().wait(slot_of(w));
+        retire(w, done);
     }
 
     // Waits for every slot with copies in flight, keeping the first error for nobody: the run
@@ -359,6 +385,14 @@ class staged_run {
         }
     }
 
+    // The ring, taken for the run's life (given back after the destructor's drain).
+    struct lease {
+        explicit lease(staging_ring<CopyEngine>& taken) : ring(&taken) { taken.take(); }
+        lease(const lease&) = delete;
+        lease& operator=(const lease&) = delete;
+        ~lease() { ring->give_back(); }
+        staging_ring<CopyEngine>* ring;
+    } lease_;
     Context* context_;
     staging_ring<CopyEngine>* ring_;
     std::vector<const file*> files_;

@@ -198,8 +198,10 @@ struct ring_options {
 /// What a staged transfer did.
 struct staged_outcome {
     std::uint64_t file_bytes = 0;  ///< Bytes moved between files and slots (aligned supersets).
-    std::size_t windows = 0;       ///< Slot fills (each one `transfer` of a slot's bytes).
-    std::size_t copies = 0;        ///< Copies started on the copy engine.
+    /// Transfers between a slot and a file (a write's read of the bytes its ranges leave
+    /// uncovered counted too).
+    std::size_t windows = 0;
+    std::size_t copies = 0;  ///< Copies started on the copy engine.
 };
 
 }  // namespace v0

@@ -42,7 +42,7 @@ def device_index(device):
     return torch.cuda.current_device() if device.index is None else device.index
 
 
-def ring_bytes_for(max_bytes):
+def ring_shape_for(max_bytes):
     """(slots, slot size) of a ring within ``max_bytes`` bytes of host memory: the default when
     it fits, else 2 to 4 slots of whole pages."""
     if max_bytes is None or SLOTS * SLOT_SIZE <= max_bytes:
@@ -81,11 +81,12 @@ def _bytes_view(tensor):
         torch.uint8)
 
 
-def transfer(op, items, device, *, max_bytes=None, checksum=False, crcs=None):
+def completions(op, items, device, *, max_bytes=None, checksum=False, crcs=None):
     """Moves ``items`` — ``(path, file offset, tensor, name)``, each contiguous tensor's bytes at
     that offset of that file — between the files and the tensors (op ``"read"`` or
-    ``"write"``) through the ring of ``device``; a generator yielding each item's index as its
-    bytes have arrived (in its tensor for a read, in the file for a write).
+    ``"write"``) through the ring of ``device`` (the tensors on it or on the CPU); a generator
+    yielding each item's index as its bytes have arrived (in its tensor for a read, in the file
+    for a write).
 
     Tensors on the CPU are copied by the ring's own memcpy. Writes with ``checksum`` append each
     item's CRC-32 to the list ``crcs`` once done. An I/O failure raises ``OSError`` naming the
@@ -107,7 +108,7 @@ def transfer(op, items, device, *, max_bytes=None, checksum=False, crcs=None):
         lengths.append(nbytes)
         addresses.append(tensor.data_ptr() if nbytes else 0)
         on_host.append(tensor.device.type == "cpu")
-    slots, slot_size = ring_bytes_for(max_bytes)
+    slots, slot_size = ring_shape_for(max_bytes)
     with ring_for(index, slots, slot_size) as ring:
         if index >= 0:
             # Destinations were allocated, and sources written, on torch's stream of the device;
@@ -139,6 +140,26 @@ def transfer(op, items, device, *, max_bytes=None, checksum=False, crcs=None):
 
 
 def run(op, items, device, **options):
-    """``transfer`` to its end."""
-    for _ in transfer(op, items, device, **options):
+    """``completions`` to its end."""
+    for _ in completions(op, items, device, **options):
         pass
+
+
+def run_by_device(op, items, checksum=False):
+    """``run`` for items whose tensors lie on several devices: one transfer per CUDA device, the
+    CPU's items with the first (or alone, on the host engine, when none is on a GPU). Returns
+    each item's CRC-32 in the items' order when ``checksum``."""
+    groups = {}
+    for i, item in enumerate(items):
+        groups.setdefault(item[2].device, []).append(i)
+    cpu = torch.device("cpu")
+    cuda = sorted((d for d in groups if d.type == "cuda"), key=str) or [cpu]
+    crcs = [0] * len(items)
+    for n, device in enumerate(cuda):
+        members = (groups.get(device, []) if device.type == "cuda" else []) + \
+            (groups.get(cpu, []) if n == 0 else [])
+        found = []
+        run(op, [items[i] for i in members], device, checksum=checksum, crcs=found)
+        for i, crc in zip(members, found):
+            crcs[i] = crc
+    return crcs if checksum else None

@@ -19,6 +19,7 @@ arena of aligned memory (aligned supersets of the records' ranges); the storages
 out. Unpickling is restricted to weights by default.
 """
 
+import bisect
 import io
 import os
 import pickle
@@ -193,22 +194,14 @@ def _write_through_rings(data_records, contents, temporary):
     CRC-32s computed from the slots before each is written."""
     from . import _staged
 
-    groups = {}
-    for i, (t, r) in enumerate(zip(contents, data_records)):
-        if r.size:
-            groups.setdefault(t.device, []).append(i)
-        else:
-            r.crc = 0
-    cuda = sorted((d for d in groups if d.type == "cuda"), key=str) or [torch.device("cpu")]
-    for n, device in enumerate(cuda):
-        members = (groups.get(device, []) if device.type == "cuda" else []) + \
-            (groups.get(torch.device("cpu"), []) if n == 0 else [])
-        crcs = []
-        _staged.run("write", [(temporary, data_records[i].data_offset, contents[i],
-                               data_records[i].name) for i in members],
-                    device, checksum=True, crcs=crcs)
-        for i, crc in zip(members, crcs):
-            data_records[i].crc = crc
+    members = [i for i, r in enumerate(data_records) if r.size]
+    for r in data_records:
+        r.crc = 0
+    crcs = _staged.run_by_device("write", [(temporary, data_records[i].data_offset, contents[i],
+                                            data_records[i].name) for i in members],
+                                 checksum=True)
+    for i, crc in zip(members, crcs):
+        data_records[i].crc = crc
 
 
 def _write_data(data_records, contents, temporary, handle):
@@ -459,24 +452,24 @@ def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, fil
         offsets.append(start)
         at += _zip.align_up(end - start)
     handle.sync_pread_batch(buffers, path, offsets)
-    bytes_at = {}
-    for (start, end), buffer in zip(headers, buffers):
-        bytes_at[start] = (end, buffer.numpy())
+    starts = [start for start, _ in headers]
 
     def data_offset(e):
-        for start, (end, array) in bytes_at.items():
-            if start <= e.header_offset and e.header_offset + _zip.LOCAL_HEADER_SIZE <= end:
-                data = _zip.local_data_offset(
-                    array[e.header_offset - start:e.header_offset - start +
-                          _zip.LOCAL_HEADER_SIZE], e.header_offset, path, e.name)
-                if data + e.size > span_ends[id(e)]:
-                    raise ValueError(f"{path}: record {e.name!r} (data at {data}, {e.size} "
-                                     "bytes) overlaps the next record or the central directory")
-                return data
+        k = bisect.bisect_right(starts, e.header_offset) - 1
+        if k >= 0 and e.header_offset + _zip.LOCAL_HEADER_SIZE <= headers[k][1]:
+            start = headers[k][0]
+            array = buffers[k].numpy()
+            data = _zip.local_data_offset(
+                array[e.header_offset - start:e.header_offset - start + _zip.LOCAL_HEADER_SIZE],
+                e.header_offset, path, e.name)
+            if data + e.size > span_ends[id(e)]:
+                raise ValueError(f"{path}: record {e.name!r} (data at {data}, {e.size} "
+                                 "bytes) overlaps the next record or the central directory")
+            return data
         raise ValueError(f"{path}: record {e.name!r} has its local header at "
                          f"{e.header_offset}, past the end of the file")
 
-    items = {}
+    items = []
 
     def storage_of(e, nbytes, location):
         device = _probe(restore_location, location)
@@ -485,17 +478,12 @@ def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, fil
                              "nvmeio_torch.load restores to the CPU and CUDA devices")
         flat = torch.empty(nbytes, dtype=torch.uint8, device=device)
         if nbytes:
-            items.setdefault(flat.device, []).append((path, data_offset(e), flat, e.name))
+            items.append((path, data_offset(e), flat, e.name))
         return _untyped_of(flat)
 
     persistent_load = _persistent_loader(path, data_entries, data_prefix, storage_of)
     result = _Unpickler(io.BytesIO(pickled), path, weights_only, persistent_load).load()
-    cuda = sorted((d for d in items if d.type == "cuda"), key=str)
-    for n, device in enumerate(cuda):
-        _staged.run("read", items[device] + (items.get(torch.device("cpu"), []) if n == 0
-                                              else []), device)
-    if not cuda and items:
-        _staged.run("read", items[torch.device("cpu")], torch.device("cpu"))
+    _staged.run_by_device("read", items)
     validate = getattr(torch._utils, "_validate_loaded_sparse_tensors", None)
     if validate is not None:
         validate()

@@ -301,9 +301,8 @@ def save_file(tensors, filename, metadata=None, *, durable=True, handle=None):
     made contiguous first; tensors that share memory raise ``ValueError``.
     """
     header, placed, _ = _layout(tensors, metadata)
-    devices = {t.device for _, t, _ in placed if t.numel() and t.device.type != "cpu"}
-    if devices:
-        return _save_through_rings(header, placed, filename, durable, devices)
+    if any(t.numel() and t.device.type != "cpu" for _, t, _ in placed):
+        return _save_through_rings(header, placed, filename, durable)
     buffers = [torch.frombuffer(bytearray(header), dtype=torch.uint8)]
     offsets = [0]
     for _, tensor, offset in placed:
@@ -315,29 +314,18 @@ def save_file(tensors, filename, metadata=None, *, durable=True, handle=None):
         handle.sync_pwrite_batch(buffers, temporary, offsets)
 
 
-def _save_through_rings(header, placed, filename, durable, devices):
-    """save_file of tensors on GPUs: each device's tensors go GPU -> page-locked ring -> O_DIRECT
-    writes, overlapped (``_staged``), with the header and any CPU tensor in the first device's
-    transfer; the same bytes as saving their CPU copies."""
-    groups = {}
-    for name, tensor, offset in placed:
-        if not tensor.numel():
-            continue
-        tensor = tensor.detach().resolve_conj().resolve_neg().contiguous()
-        groups.setdefault(tensor.device, []).append((name, tensor, offset))
-    order = sorted(devices, key=str)
-    first = order[0]
-    header_bytes = torch.frombuffer(bytearray(header), dtype=torch.uint8)
+def _save_through_rings(header, placed, filename, durable):
+    """save_file of tensors on GPUs: GPU -> page-locked ring -> O_DIRECT writes, overlapped, one
+    transfer per device (``_staged``), the header and any CPU tensor with the first; the same
+    bytes as saving their CPU copies."""
     with atomic_file(filename, durable=durable) as temporary:
-        for device in order:
-            items = [(temporary, len(header) + offset, _staged._bytes_view(tensor), name)
-                     for name, tensor, offset in groups.get(device, [])]
-            if device == first:
-                items.append((temporary, 0, header_bytes, "the header"))
-                if device.type != "cpu":
-                    items += [(temporary, len(header) + offset, _staged._bytes_view(tensor), name)
-                              for name, tensor, offset in groups.get(torch.device("cpu"), [])]
-            _staged.run("write", items, device)
+        items = [(temporary, 0, torch.frombuffer(bytearray(header), dtype=torch.uint8),
+                  "the header")]
+        for name, tensor, offset in placed:
+            if tensor.numel():
+                tensor = tensor.detach().resolve_conj().resolve_neg().contiguous()
+                items.append((temporary, len(header) + offset, _staged._bytes_view(tensor), name))
+        _staged.run_by_device("write", items)
 
 
 # ---- reading -----------------------------------------------------------------------------------
@@ -395,7 +383,7 @@ def _to_device(headers, device, names=None, max_bytes=None):
             tensor = torch.empty(entry.shape, dtype=_torch_dtype(header, entry), device=device)
             tensors.append((name, tensor))
             items.append((header.path, header.data_start + entry.begin, tensor, name))
-    for i in _staged.transfer("read", items, device, max_bytes=max_bytes):
+    for i in _staged.completions("read", items, device, max_bytes=max_bytes):
         yield tensors[i]
     for header in headers:
         _check_unchanged(header)
@@ -754,7 +742,7 @@ def _stream_to_device(chunks, max_bytes, device, observe):
     through a ring within ``max_bytes``, yielded as each one's bytes have arrived."""
     resident = _staged.SLOTS * _staged.SLOT_SIZE
     if max_bytes < resident:
-        slots, size = _staged.ring_bytes_for(max_bytes)
+        slots, size = _staged.ring_shape_for(max_bytes)
         resident = slots * size
     for i, chunk in enumerate(chunks):
         names = {entry.name for entry in chunk.entries}

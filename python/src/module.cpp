@@ -6,12 +6,13 @@
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <limits>
 #include <map>
-#include <atomic>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -135,11 +136,11 @@ class py_handle {
     }
 
     // Tensors on a CUDA device (CPU ones beside them): through a staging ring of that device,
-    // in the call itself; an async call counts as one request done for the next wait(). A
-    // synchronous call first waits for what is queued, as the handle's own do.
+    // in the call itself, after the requests queued before it have finished; an async call
+    // returns 0 and leaves those and itself for the next wait() to count.
     int start_staged(nvmeio::operation op, const std::vector<torch::Tensor>& tensors,
-                     const std::vector<std::int64_t>& offsets, const std::string& path,
-                     bool async, const char* method) {
+                     const std::vector<std::int64_t>& offsets, const std::string& path, bool async,
+                     const char* method) {
         handle_.require_usable();
         int device = -1;
         std::vector<nvmeio::staged_range> ranges;
@@ -173,11 +174,14 @@ class py_handle {
         // The tensors were written, or allocated, on torch's stream; the ring copies on its own.
         py::module_::import("torch").attr("cuda").attr("current_stream")(device).attr(
             "synchronize")();
+        // Requests queued before this one finish first (so no queued write of the same bytes
+        // runs beside the ring's), and count towards this call's or the next wait()'s number.
         int earlier = 0;
         request_list released;
         {
             py::gil_scoped_release unlocked;
-            if (!async) earlier = handle_.wait(released) + staged_done_.exchange(0);
+            earlier = handle_.wait(released) + staged_done_.exchange(0);
+            std::lock_guard<std::mutex> lock(rings_mutex_);
             auto& ring = rings_[device];
             if (!ring) {
                 const handle_settings& s = handle_.settings();
@@ -193,7 +197,7 @@ class py_handle {
                 (void)job->advance();
         }
         if (async) {
-            ++staged_done_;
+            staged_done_ += earlier + 1;
             return 0;
         }
         return earlier + 1;
@@ -202,6 +206,7 @@ class py_handle {
   private:
     aio_handle handle_;
     std::atomic<int> staged_done_{0};
+    std::mutex rings_mutex_;  // one staged call at a time on the handle's rings
     std::map<int, std::unique_ptr<staging_ring_base>> rings_;  // per CUDA device, made at first use
 };
 
@@ -221,6 +226,11 @@ void translate(std::exception_ptr error) {
         PyErr_SetObject(PyExc_OSError,
                         py::make_tuple(e.code().value(), std::string(e.what()), filename).ptr());
     } catch (const std::system_error& e) {
+        // A CUDA driver result is no errno: RuntimeError, as torch raises for CUDA errors.
+        if (e.code().category() == nvmeio::cuda_category()) {
+            PyErr_SetString(PyExc_RuntimeError, e.what());
+            return;
+        }
         PyErr_SetObject(PyExc_OSError, py::make_tuple(e.code().value(), e.what()).ptr());
     } catch (const std::logic_error& e) {
         if (dynamic_cast<const std::invalid_argument*>(&e) != nullptr) throw;
@@ -377,23 +387,45 @@ void def_locked_tensors(Class& c) {
         .def("_locked_tensors", [](self&) { return pinned_registry::shared().live(); });
 }
 
-
 // A staged job for Python: the job, and what Python must keep alive while it runs (the tensors
-// its ranges point into).
+// its ranges point into), declared first so that it goes last, after the job has waited for its
+// copies. One thread at a time: a second gets a RuntimeError.
 struct py_staged_job {
-    std::unique_ptr<staged_job> job;
     py::object keep;
+    std::unique_ptr<staged_job> job;
+    std::atomic<bool> busy{false};
+
+    ~py_staged_job() {
+        if (job) {
+            py::gil_scoped_release unlocked;  // waits for copies in flight
+            job.reset();
+        }
+    }
+
+    // The job, marked in use for the guard's life.
+    struct use {
+        explicit use(py_staged_job& owner) : owner(owner) {
+            if (owner.busy.exchange(true)) {
+                throw std::logic_error("staged_job: in use by another thread");
+            }
+        }
+        use(const use&) = delete;
+        use& operator=(const use&) = delete;
+        ~use() { owner.busy = false; }
+        py_staged_job& owner;
+    };
 
     std::vector<std::size_t> advance() {
+        use guard(*this);
         if (!job) throw std::logic_error("staged_job: closed");
         try {
             py::gil_scoped_release unlocked;
             return job->advance();
         } catch (const nvmeio::staged_error& e) {
             // OSError(errno, message, filename), with the range the failed bytes belong to.
-            py::object error = py::module_::import("builtins")
-                                   .attr("OSError")(e.code().value(), std::string(e.what()),
-                                                    e.path());
+            py::object error =
+                py::module_::import("builtins")
+                    .attr("OSError")(e.code().value(), std::string(e.what()), e.path());
             error.attr("range") = e.range();
             PyErr_SetObject(PyExc_OSError, error.ptr());
             throw py::error_already_set();
@@ -401,6 +433,7 @@ struct py_staged_job {
     }
 
     void close() {
+        use guard(*this);
         std::unique_ptr<staged_job> ending = std::move(job);
         {
             py::gil_scoped_release unlocked;  // waits for copies in flight
@@ -418,8 +451,9 @@ std::vector<nvmeio::staged_range> staged_ranges(const std::vector<std::int64_t>&
     const std::size_t n = files.size();
     if (offsets.size() != n || lengths.size() != n || addresses.size() != n ||
         on_host.size() != n) {
-        throw std::invalid_argument("staging_ring.start: files, offsets, lengths, addresses and "
-                                    "on_host must be of one length");
+        throw std::invalid_argument(
+            "staging_ring.start: files, offsets, lengths, addresses and "
+            "on_host must be of one length");
     }
     std::vector<nvmeio::staged_range> ranges(n);
     for (std::size_t i = 0; i < n; ++i) {
@@ -440,14 +474,13 @@ void def_staged(py::module_& m) {
              "Moves one slot's bytes; returns the ranges completed since the last call.")
         .def_property_readonly("pending",
                                [](const py_staged_job& j) { return j.job && j.job->pending(); })
-        .def_property_readonly(
-            "outcome",
-            [](const py_staged_job& j) {
-                if (!j.job) throw std::logic_error("staged_job: closed");
-                const nvmeio::staged_outcome o = j.job->outcome();
-                return py::dict("file_bytes"_a = o.file_bytes, "windows"_a = o.windows,
-                                "copies"_a = o.copies);
-            })
+        .def_property_readonly("outcome",
+                               [](const py_staged_job& j) {
+                                   if (!j.job) throw std::logic_error("staged_job: closed");
+                                   const nvmeio::staged_outcome o = j.job->outcome();
+                                   return py::dict("file_bytes"_a = o.file_bytes,
+                                                   "windows"_a = o.windows, "copies"_a = o.copies);
+                               })
         .def_property_readonly("crcs",
                                [](const py_staged_job& j) {
                                    if (!j.job) throw std::logic_error("staged_job: closed");
@@ -458,27 +491,26 @@ void def_staged(py::module_& m) {
 
     py::class_<staging_ring_base>(m, "staging_ring")
         .def(py::init([](int device, std::int64_t slots, std::int64_t slot_size,
-                         std::int64_t threads, std::int64_t queue_depth,
-                         std::int64_t block_size) {
-                 const auto positive = [](const char* name, std::int64_t value) {
-                     if (value < 1) {
-                         throw std::invalid_argument(std::string("staging_ring: ") + name +
-                                                     " must be positive (got " +
-                                                     std::to_string(value) + ")");
+                         std::int64_t threads, std::int64_t queue_depth, std::int64_t block_size) {
+                 // Only what the conversion to unsigned needs; the ring and the context check
+                 // the rest.
+                 const auto in_range = [](const char* name, std::int64_t value, std::int64_t most) {
+                     if (value < 0 || value > most) {
+                         throw std::invalid_argument(
+                             std::string("staging_ring: ") + name + " must be between 0 and " +
+                             std::to_string(most) + " (got " + std::to_string(value) + ")");
                      }
+                     return value;
                  };
-                 positive("slots", slots);
-                 positive("slot_size", slot_size);
-                 positive("threads", threads);
-                 positive("queue_depth", queue_depth);
-                 positive("block_size", block_size);
                  ring_settings s;
                  s.device = device;
-                 s.slots = static_cast<unsigned>(slots);
-                 s.slot_size = static_cast<std::size_t>(slot_size);
-                 s.threads = static_cast<unsigned>(threads);
-                 s.queue_depth = static_cast<unsigned>(queue_depth);
-                 s.block_size = static_cast<std::size_t>(block_size);
+                 s.ring.slots = static_cast<unsigned>(in_range("slots", slots, 1 << 16));
+                 s.ring.slot_size = static_cast<std::size_t>(
+                     in_range("slot_size", slot_size, std::int64_t{1} << 40));
+                 s.threads = static_cast<unsigned>(in_range("threads", threads, 1024));
+                 s.queue_depth = static_cast<unsigned>(in_range("queue_depth", queue_depth, 65536));
+                 s.block_size = static_cast<std::size_t>(
+                     in_range("block_size", block_size, std::int64_t{1} << 40));
                  py::gil_scoped_release unlocked;  // page-locking the slots takes a while
                  return make_staging_ring(s);
              }),
@@ -488,9 +520,9 @@ void def_staged(py::module_& m) {
                                [](const staging_ring_base& r) { return r.settings().device; })
         .def_property_readonly("bytes", &staging_ring_base::bytes)
         .def_property_readonly("slots",
-                               [](const staging_ring_base& r) { return r.settings().slots; })
+                               [](const staging_ring_base& r) { return r.settings().ring.slots; })
         .def_property_readonly(
-            "slot_size", [](const staging_ring_base& r) { return r.settings().slot_size; })
+            "slot_size", [](const staging_ring_base& r) { return r.settings().ring.slot_size; })
         .def(
             "start",
             [](staging_ring_base& ring, const std::string& op,
@@ -499,8 +531,10 @@ void def_staged(py::module_& m) {
                const std::vector<std::uint64_t>& addresses, const std::vector<bool>& on_host,
                bool checksum, py::object keep) {
                 if (op != "read" && op != "write") {
-                    throw std::invalid_argument("staging_ring.start: op must be 'read' or "
-                                                "'write', not '" + op + "'");
+                    throw std::invalid_argument(
+                        "staging_ring.start: op must be 'read' or "
+                        "'write', not '" +
+                        op + "'");
                 }
                 auto ranges = staged_ranges(files, offsets, lengths, addresses, on_host);
                 auto job = std::make_unique<py_staged_job>();

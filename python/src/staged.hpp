@@ -1,17 +1,14 @@
 #pragma once
 // Staged transfers for Python: a staging ring (nvmeio/staged.hpp) on a copy engine (the host's,
 // or a CUDA device's, nvmeio/cuda.hpp) with the parallel context whose workers move the slots'
-// bytes, and runs over it. Nothing of Python here: module.cpp converts and releases the GIL.
+// bytes, and jobs over it. Nothing of Python here: module.cpp converts and releases the GIL.
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <atomic>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include <nvmeio/backend/io_uring.hpp>
 #include <nvmeio/cuda.hpp>
 #include <nvmeio/parallel.hpp>
 #include <nvmeio/staged.hpp>
@@ -22,14 +19,13 @@ namespace nvmeio_torch {
 
 struct ring_settings {
     int device = -1;  ///< CUDA device index; -1: the host engine (memcpy), for CPU memory.
-    unsigned slots = 4;
-    std::size_t slot_size = std::size_t{64} << 20;
-    unsigned threads = 4;
+    nvmeio::ring_options ring{};
+    unsigned threads = 4;  ///< Of the parallel context that moves each slot's bytes.
     unsigned queue_depth = 32;
     std::size_t block_size = std::size_t{1} << 20;
 };
 
-/// One staged transfer in progress on a ring: its files, and the run.
+/// One staged transfer in progress on a ring: its files, and the run (which holds the ring).
 class staged_job {
   public:
     virtual ~staged_job() = default;
@@ -44,35 +40,23 @@ class staged_job {
     std::vector<std::uint32_t> crcs_;
 };
 
-/// A ring, its copy engine and its context; one job at a time.
+/// A ring, its copy engine and its context.
 class staging_ring_base {
   public:
     virtual ~staging_ring_base() = default;
     [[nodiscard]] const ring_settings& settings() const { return settings_; }
-    [[nodiscard]] std::size_t bytes() const { return std::size_t{settings_.slots} * settings_.slot_size; }
-
-    /// Opens the files and plans; std::invalid_argument for a bad plan, io_error for an open.
-    std::unique_ptr<staged_job> start(nvmeio::operation op, const std::vector<std::string>& paths,
-                                      std::vector<nvmeio::staged_range> ranges, bool checksum) {
-        if (busy_.exchange(true)) {
-            throw std::logic_error("staging_ring: another transfer is using this ring");
-        }
-        try {
-            return start_job(op, paths, std::move(ranges), checksum);
-        } catch (...) {
-            busy_ = false;
-            throw;
-        }
+    [[nodiscard]] std::size_t bytes() const {
+        return std::size_t{settings_.ring.slots} * settings_.ring.slot_size;
     }
+    /// Opens the files, takes the ring and plans: io_error for an open, std::logic_error when
+    /// another job has the ring, std::invalid_argument for a bad plan.
+    virtual std::unique_ptr<staged_job> start(nvmeio::operation op,
+                                              const std::vector<std::string>& paths,
+                                              std::vector<nvmeio::staged_range> ranges,
+                                              bool checksum) = 0;
 
   protected:
     explicit staging_ring_base(ring_settings s) : settings_(s) {}
-    virtual std::unique_ptr<staged_job> start_job(nvmeio::operation op,
-                                                  const std::vector<std::string>& paths,
-                                                  std::vector<nvmeio::staged_range> ranges,
-                                                  bool checksum) = 0;
-    // Set while a job uses the ring; the job clears it when it ends (on any thread).
-    std::atomic<bool> busy_{false};
 
   private:
     ring_settings settings_;
@@ -82,22 +66,31 @@ template <class Engine>
 class staging_ring_of final : public staging_ring_base {
   public:
     staging_ring_of(ring_settings s, std::unique_ptr<Engine> engine)
-        : staging_ring_base(s), engine_(std::move(engine)),
-          ring_(*engine_, {s.slots, s.slot_size}),
+        : staging_ring_base(s),
+          engine_(std::move(engine)),
+          ring_(*engine_, s.ring),
           context_({s.threads, {s.queue_depth, s.block_size}, 0}) {}
+
+    std::unique_ptr<staged_job> start(nvmeio::operation op, const std::vector<std::string>& paths,
+                                      std::vector<nvmeio::staged_range> ranges,
+                                      bool checksum) override {
+        return std::make_unique<job>(*this, op, paths, std::move(ranges), checksum);
+    }
 
   private:
     class job final : public staged_job {
       public:
         job(staging_ring_of& owner, nvmeio::operation op, const std::vector<std::string>& paths,
             std::vector<nvmeio::staged_range> ranges, bool checksum)
-            : in_use_{owner.busy_}, files_(open_all(paths, op)), count_(ranges.size()),
+            : files_(open_all(paths, op)),
+              count_(ranges.size()),
               run_(owner.context_, owner.ring_, pointers(files_), std::move(ranges), op) {
             if (checksum) {
                 crcs_.assign(count_, 0);
-                run_.observe_written([this](std::size_t range, const std::byte* data, std::size_t n) {
-                    crcs_[range] = crc32::compute(crcs_[range], data, n);
-                });
+                run_.observe_written(
+                    [this](std::size_t range, const std::byte* data, std::size_t n) {
+                        crcs_[range] = crc32::compute(crcs_[range], data, n);
+                    });
             }
         }
         std::vector<std::size_t> advance() override { return run_.advance(); }
@@ -105,8 +98,8 @@ class staging_ring_of final : public staging_ring_base {
         nvmeio::staged_outcome outcome() const override { return run_.outcome(); }
 
       private:
-        std::vector<nvmeio::file> open_all(const std::vector<std::string>& paths,
-                                           nvmeio::operation op) {
+        static std::vector<nvmeio::file> open_all(const std::vector<std::string>& paths,
+                                                  nvmeio::operation op) {
             std::vector<nvmeio::file> files;
             files.reserve(paths.size());
             for (const std::string& path : paths) {
@@ -117,41 +110,26 @@ class staging_ring_of final : public staging_ring_base {
             }
             return files;
         }
-        std::vector<const nvmeio::file*> pointers(const std::vector<nvmeio::file>& files) {
+        static std::vector<const nvmeio::file*> pointers(const std::vector<nvmeio::file>& files) {
             std::vector<const nvmeio::file*> out;
             for (const nvmeio::file& f : files)
                 out.push_back(&f);
             return out;
         }
 
-        // Clears the ring's busy flag last, after the run has waited for its copies.
-        struct release {
-            std::atomic<bool>& flag;
-            ~release() { flag = false; }
-        } in_use_;
         std::vector<nvmeio::file> files_;
         std::size_t count_;
         nvmeio::staged_run<nvmeio::parallel_context, Engine> run_;
     };
-
-    std::unique_ptr<staged_job> start_job(nvmeio::operation op,
-                                          const std::vector<std::string>& paths,
-                                          std::vector<nvmeio::staged_range> ranges,
-                                          bool checksum) override {
-        return std::make_unique<job>(*this, op, paths, std::move(ranges), checksum);
-    }
 
     std::unique_ptr<Engine> engine_;
     nvmeio::staging_ring<Engine> ring_;
     nvmeio::parallel_context context_;
 };
 
-/// A ring on the host engine (device -1) or on CUDA device `device`.
+/// A ring on the host engine (device -1) or on CUDA device `device`; the ring and the context
+/// check their settings.
 inline std::unique_ptr<staging_ring_base> make_staging_ring(const ring_settings& s) {
-    if (s.slots == 0 || s.threads == 0 || s.queue_depth == 0 || s.block_size == 0) {
-        throw std::invalid_argument("staging_ring: slots, threads, queue_depth and block_size "
-                                    "must be positive");
-    }
     if (s.device < 0) {
         return std::make_unique<staging_ring_of<nvmeio::host_copy_engine>>(
             s, std::make_unique<nvmeio::host_copy_engine>());

@@ -160,10 +160,10 @@ def test_a_load_to_the_last_device_creates_nothing_on_device_0(workdir):
 
 
 def test_host_memory_stays_at_the_ring_whatever_the_model(workdir):
-    """A 1 GiB model loaded to the GPU in a fresh process: its peak RSS grows by no more than
+    """A 2 GiB model loaded to the GPU in a fresh process: its peak RSS grows by no more than
     the ring (4 x 64 MiB) and 256 MiB over the same process before the load."""
     path = os.path.join(workdir, "big.safetensors")
-    safetensors.save_file({f"t{i}": torch.randn(16 << 20) for i in range(16)}, path)  # 1 GiB
+    safetensors.save_file({f"t{i}": torch.randn(32 << 20) for i in range(16)}, path)  # 2 GiB
     code = ("import resource, sys, torch; from nvmeio_torch import safetensors;"
             "torch.zeros(1, device='cuda:0'); torch.cuda.synchronize();"
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
@@ -174,3 +174,27 @@ def test_host_memory_stays_at_the_ring_whatever_the_model(workdir):
                          check=True, env=dict(os.environ)).stdout.split()
     before, after = int(out[0]) * 1024, int(out[1]) * 1024
     assert after - before <= (256 << 20) + (256 << 20), (before, after)
+
+
+def test_a_save_waits_for_the_work_queued_on_torchs_stream(workdir):
+    """The tensors' last writes may still be queued on torch's stream when save is called; the
+    ring copies on a stream of its own, so the save must wait for torch's first."""
+    t = torch.zeros(64 << 20, dtype=torch.uint8, device="cuda:0")
+    torch.cuda._sleep(200_000_000)  # keeps torch's stream busy for a while
+    t.fill_(7)                      # queued behind the sleep
+    path = os.path.join(workdir, "s.safetensors")
+    safetensors.save_file({"t": t}, path)
+    assert torch.equal(safetensors.load_file(path)["t"], torch.full((64 << 20,), 7,
+                                                                      dtype=torch.uint8))
+
+
+def test_a_cuda_error_is_a_runtime_error_naming_the_call(workdir):
+    path = os.path.join(workdir, "x.bin")
+    write_file(path, random_bytes(1 << 20))
+    ring = _C.staging_ring(0, 2, 1 << 20)
+    bogus = 0x10  # no device memory there
+    job = ring.start("read", [path], [0], [0], [4096], [bogus], [False], False, None)
+    with pytest.raises(RuntimeError, match="cuMemcpyHtoDAsync"):
+        while job.pending:
+            job.advance()
+    job.close()

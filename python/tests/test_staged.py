@@ -43,7 +43,7 @@ def test_reads_every_tensor_through_two_small_slots_and_reports_each_once(workdi
     outs = [torch.full((n,), 0xAA, dtype=torch.uint8) for n in sizes]
     items = [(path, at, out, f"t{i}") for i, ((at, _), out) in enumerate(zip(spans, outs))]
     reported = []
-    for i in _staged.transfer("read", items, CPU):
+    for i in _staged.completions("read", items, CPU):
         at, n = spans[i]
         assert torch.equal(outs[i], data[at:at + n]), f"t{i} reported before its bytes arrived"
         reported.append(i)
@@ -97,7 +97,7 @@ def test_a_failed_read_names_the_file_and_the_tensor_and_the_ring_serves_again(w
         _staged.run("read", items, CPU)
     # A file that shrinks after the plan: ENODATA, naming the tensor.
     write_file(path, data)
-    job_items = _staged.transfer("read", items, CPU)
+    job_items = _staged.completions("read", items, CPU)
     assert next(job_items) == 0  # the first tensor, [0, 6000), is in
     os.truncate(path, 7000)
     with pytest.raises(OSError) as caught:
@@ -118,10 +118,14 @@ def test_bad_items_raise_before_any_io(workdir):
         _staged.run("read", [(path, 0, strided, "s")], CPU)
     with pytest.raises(ValueError, match="CPU and CUDA"):
         _staged.device_index(torch.device("meta"))
-    with pytest.raises(ValueError, match="slots must be positive"):
+    with pytest.raises(ValueError, match="slots must be at least 1"):
         _C.staging_ring(-1, 0, 4096)
     with pytest.raises(ValueError, match="slot_size 1000"):
         _C.staging_ring(-1, 2, 1000)
+    with pytest.raises(ValueError, match="slots must be between 0 and 65536"):
+        _C.staging_ring(-1, (1 << 32) + 2, 4096)  # not 2 after a cast
+    with pytest.raises(ValueError, match="number of threads must be at least 1"):
+        _C.staging_ring(-1, 2, 4096, threads=0)
 
 
 def test_a_ring_in_use_is_refused_and_a_second_thread_gets_its_own(workdir):
@@ -165,7 +169,7 @@ def test_a_stream_abandoned_midway_leaves_the_ring_usable(workdir):
     write_file(path, data)
     outs = [torch.zeros(n, dtype=torch.uint8) for _, n in spans]
     items = [(path, at, out, f"t{i}") for i, ((at, _), out) in enumerate(zip(spans, outs))]
-    stream = _staged.transfer("read", items, CPU)
+    stream = _staged.completions("read", items, CPU)
     next(stream)
     stream.close()
     _staged.run("read", items, CPU)
@@ -210,7 +214,7 @@ def test_safetensors_save_through_the_ring_writes_the_packages_bytes(workdir):
     ringed = os.path.join(workdir, "ringed.safetensors")
     safetensors.save_file(state, plain)
     header, placed, _ = safetensors._layout(state, None)
-    safetensors._save_through_rings(header, placed, ringed, True, {CPU})
+    safetensors._save_through_rings(header, placed, ringed, True)
     assert open(plain, "rb").read() == open(ringed, "rb").read()
 
 
@@ -240,3 +244,33 @@ def test_checkpoint_save_through_the_ring_is_read_by_torch_with_its_crcs(workdir
     got = torch.load(path)
     for name, tensor in state.items():
         assert torch.equal(got[name], tensor), name
+
+
+def test_which_loads_go_through_the_ring():
+    """A checkpoint goes through the ring when map_location sends storages to a GPU, or may
+    keep saved CUDA locations; str and device forms that say CPU keep the arena path even for a
+    checkpoint saved from a GPU."""
+    from nvmeio_torch.checkpoint import _places_on_gpu, _restore_location
+
+    saved_on_gpu, saved_on_cpu = b"...cuda:0...", b"...cpu..."
+    for map_location in ("cpu", torch.device("cpu"), b"cpu"):
+        restore = _restore_location(map_location)
+        assert not _places_on_gpu(map_location, restore, saved_on_gpu)
+    for map_location in (None, {"cpu": "cpu"}, lambda storage, location: storage):
+        restore = _restore_location(map_location)
+        assert _places_on_gpu(map_location, restore, saved_on_gpu)
+        assert not _places_on_gpu(map_location, restore, saved_on_cpu)
+    assert _places_on_gpu({"cpu": "cuda:0"}, _restore_location({"cpu": "cuda:0"}), saved_on_cpu)
+
+
+def test_items_on_several_devices_go_one_transfer_each_with_their_crcs(workdir):
+    path = os.path.join(workdir, "out.bin")
+    open(path, "wb").close()
+    tensors = [random_bytes(n, 40 + n) for n in (5000, 0, 3000)]
+    items, at = [], 0
+    for i, t in enumerate(tensors):
+        items.append((path, at, t, f"t{i}"))
+        at += t.numel()
+    crcs = _staged.run_by_device("write", items, checksum=True)
+    assert crcs == [zlib.crc32(t.numpy().tobytes()) for t in tensors]
+    assert open(path, "rb").read() == b"".join(t.numpy().tobytes() for t in tensors)

@@ -180,7 +180,18 @@ BOOST_AUTO_TEST_CASE(bad_plans_are_refused_naming_the_range) {
         message_of<std::invalid_argument>([&] {
             plan(operation::read, {{0, ~std::uint64_t{0}, 2, 1, false}}, 4096);
         }),
-        "ends past"));
+        "ends past the largest file offset"));
+    // A write near the largest offset: refused, not planned into windows without end.
+    BOOST_TEST(nvmeio_test::contains(
+        message_of<std::invalid_argument>([&] {
+            plan(operation::write, {{0, ~std::uint64_t{0} - 10, 10, 1, false}}, 4096);
+        }),
+        "range 0 (10 bytes at offset 18446744073709551605 of file 0) ends past the largest file "
+        "offset"));
+    const auto last = detail::plan_staged(
+        operation::write, 1, {{0, (std::uint64_t{1} << 63) - 11, 10, 1, false}}, 4096,
+        [](std::size_t) { return 512; }, [](std::size_t) { return 0; });
+    BOOST_TEST(last.windows.size() == 1u);
     BOOST_TEST(nvmeio_test::contains(message_of<std::invalid_argument>([&] {
                                          plan(operation::read, {{0, 0, 5, 0, false}}, 4096);
                                      }),

@@ -70,9 +70,14 @@ staged_plan plan_staged(operation op, std::size_t file_count,
             throw_invalid("staged " + std::string(to_string(op)) + ": " + describe_range(i, r) +
                           " has a null address");
         }
-        if (r.offset > std::numeric_limits<std::uint64_t>::max() - r.length ||
-            (op == operation::read &&
-             r.offset + r.length > static_cast<std::uint64_t>(size(r.file)))) {
+        // A file offset is an off_t: no range may end past its largest value.
+        constexpr std::uint64_t largest = std::numeric_limits<std::int64_t>::max();
+        if (r.offset > largest || r.length > largest - r.offset) {
+            throw_invalid("staged " + std::string(to_string(op)) + ": " + describe_range(i, r) +
+                          " ends past the largest file offset");
+        }
+        if (op == operation::read &&
+            r.offset + r.length > static_cast<std::uint64_t>(size(r.file))) {
             throw_invalid("staged read: " + describe_range(i, r) + " ends past the file's " +
                           std::to_string(size(r.file)) + " bytes");
         }
@@ -106,7 +111,9 @@ staged_plan plan_staged(operation op, std::size_t file_count,
             end = std::max<std::uint64_t>(end, next.offset + next.length);
         }
         const std::size_t first_window = plan.windows.size();
-        for (std::uint64_t at = begin; at < end; at += slot_size) {
+        const std::uint64_t count = (end - begin) / slot_size + ((end - begin) % slot_size != 0);
+        for (std::uint64_t k = 0; k < count; ++k) {
+            const std::uint64_t at = begin + k * slot_size;
             plan.windows.push_back(
                 {head.file, at,
                  static_cast<std::size_t>(std::min<std::uint64_t>(slot_size, end - at)), 0, 0,

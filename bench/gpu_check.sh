@@ -7,8 +7,12 @@
 #   bench/gpu_check.sh --pack            here: put what that machine lacks (libaio, liburing,
 #                                        CLI11 and nlohmann-json headers, a static fio) in
 #                                        .devcarry/ (git-ignored) to be carried along
-#   bench/gpu_check.sh OUT [SIZE|tests] [ROUNDS]   there: write every log into folder OUT
-#                                        (tests: build and run the tests only)
+#   bench/gpu_check.sh OUT PART [SIZE] [ROUNDS]   there: write the logs of PART into folder OUT
+#       PART: tests (machine, build, the GPU tests, gpu_load; about 2 minutes), ram (the benchmark
+#       from a RAM-backed ext4 device; about 110 s a round of 2 GiB), disk (from the machine's disk;
+#       about 100 s a round), or all. One call of the device tool runs at most 10 minutes: run
+#       tests, then ram, then disk, each in a call of its own on the same warm machine (the build
+#       in build-gpu/ stays between calls).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 carry=.devcarry
@@ -32,13 +36,18 @@ if [[ ${1:-} == --pack ]]; then
     exit 0
 fi
 
-out=${1:?usage: gpu_check.sh OUT [SIZE] [ROUNDS]}
-size=${2:-2G}
-rounds=${3:-3}
+out=${1:?usage: gpu_check.sh OUT tests|ram|disk|all [SIZE] [ROUNDS]}
+part=${2:-all}
+size=${3:-2G}
+rounds=${4:-3}
+case $part in tests | ram | disk | all) ;; *) echo "gpu_check.sh: PART is tests, ram, disk or all" >&2; exit 2 ;; esac
+wants() { [[ $part == all || $part == "$1" ]]; }
 mkdir -p "$out"
 here=$PWD
 step() { echo "== $* ($(date -u +%H:%M:%S))"; }
 
+build=$here/build-gpu
+if wants tests; then
 {
     step machine
     nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv
@@ -48,7 +57,6 @@ step() { echo "== $* ($(date -u +%H:%M:%S))"; }
 } >"$out/machine.txt" 2>&1
 
 step build
-build=$here/build-gpu
 rm -rf "$build" && mkdir -p "$build/nvmeio_torch"
 cp python/nvmeio_torch/*.py "$build/nvmeio_torch/"
 flags=$(python3 - <<'EOF'
@@ -78,13 +86,22 @@ step tests
 NVMEIO_TORCH_TEST_DIR=$here/build-gpu/test-files timeout 100 python3 -m pytest -q -p no:cacheprovider \
     python/tests/test_gpu.py python/tests/test_staged.py >"$out/tests.txt" 2>&1
 echo "exit $?" >>"$out/tests.txt"
-[[ $size == tests ]] && exit 0  # gpu_check.sh OUT tests: build and tests only
 
+step gpu_load
+timeout 40 "$build/gpu_load" "$build/gpu_load.gguf" --generate gguf --size 1G --rounds 3 \
+    --threads 8 >"$out/gpu_load.txt" 2>&1
+echo "exit $?" >>"$out/gpu_load.txt"
+rm -f "$build/gpu_load.gguf"
+
+fi
+export PYTHONPATH=$build PATH=$here/$carry/bin:$PATH
+
+if wants ram; then
 step bench RAM device
 ram=$(scripts/ram_device.sh --size 12G 2>>"$out/bench_ram.txt")
 if [[ -n $ram ]] && mkfs.ext4 -q -F "$ram" >>"$out/bench_ram.txt" 2>&1 &&
     mkdir -p /mnt/nvmeio-ext4 && mount "$ram" /mnt/nvmeio-ext4; then
-    timeout 220 python3 bench/gpu_load_compare.py --folder /mnt/nvmeio-ext4/bench --size "$size" \
+    timeout 560 python3 bench/gpu_load_compare.py --folder /mnt/nvmeio-ext4/bench --size "$size" \
         --rounds "$rounds" --fio "$here/$carry/bin/fio" --json "$out/bench_ram.json" \
         >>"$out/bench_ram.txt" 2>&1
     echo "exit $?" >>"$out/bench_ram.txt"
@@ -93,16 +110,13 @@ if [[ -n $ram ]] && mkfs.ext4 -q -F "$ram" >>"$out/bench_ram.txt" 2>&1 &&
 else
     echo "no RAM-backed ext4 device here" >>"$out/bench_ram.txt"
 fi
+fi
 
-step gpu_load
-timeout 40 "$build/gpu_load" "$build/gpu_load.gguf" --generate gguf --size 1G --rounds 3 \
-    --threads 8 >"$out/gpu_load.txt" 2>&1
-echo "exit $?" >>"$out/gpu_load.txt"
-rm -f "$build/gpu_load.gguf"
-
+if wants disk; then
 step bench disk
-timeout 170 python3 bench/gpu_load_compare.py --folder "$here/build-gpu/bench" --size "$size" \
-    --rounds 2 --fio "$here/$carry/bin/fio" --json "$out/bench_disk.json" >"$out/bench_disk.txt" 2>&1
+timeout 560 python3 bench/gpu_load_compare.py --folder "$here/build-gpu/bench" --size "$size" \
+    --rounds "$rounds" --fio "$here/$carry/bin/fio" --json "$out/bench_disk.json" >"$out/bench_disk.txt" 2>&1
 echo "exit $?" >>"$out/bench_disk.txt"
 rm -rf "$here/build-gpu/bench"
+fi
 step done

@@ -25,10 +25,11 @@ during every I/O, ``wait()`` and the destructor; writes never truncate a file.
 
 from . import _C
 from ._C import aio_handle, aio_read, aio_write, deepspeed_memcpy, pin_handle
+from ._staged import release_rings as release_staging_rings
 from .checkpoint import load, save
 
 __all__ = ["aio_handle", "aio_read", "aio_write", "deepspeed_memcpy", "pin_handle",
-           "use_in_deepspeed", "save", "load"]
+           "use_in_deepspeed", "save", "load", "release_staging_rings"]
 __version__ = _C.nvmeio_version
 io_uring_available = _C.io_uring_available
 

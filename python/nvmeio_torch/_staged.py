@@ -6,7 +6,8 @@ the ring's K x slot bytes, whatever the size of the model.
 Every loader and saver of nvmeio_torch that meets a CUDA device comes here: one pipeline.
 
 The rings are kept, one per device, for the process's next transfers (page-locking 256 MiB
-costs about as much as moving it); ``release_rings()`` frees them. A thread that finds its
+costs about as much as moving it); ``release_rings()`` (``nvmeio_torch.release_staging_rings``)
+frees them. A handle's CUDA calls use rings of the handle's own, freed with the handle. A thread that finds its
 device's ring in use (another thread's load) gets a ring of its own for that transfer.
 """
 

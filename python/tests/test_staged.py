@@ -163,6 +163,21 @@ def test_a_ring_in_use_is_refused_and_a_second_thread_gets_its_own(workdir):
     assert all(o.numpy().tobytes() == expected for o in outs)
 
 
+def test_kept_rings_are_freed_on_request_and_made_again_when_needed(workdir):
+    import nvmeio_torch
+
+    path = os.path.join(workdir, "x.bin")
+    write_file(path, random_bytes(9000))
+    out = torch.zeros(9000, dtype=torch.uint8)
+    _staged.run("read", [(path, 0, out, "x")], CPU)
+    assert _staged._rings
+    nvmeio_torch.release_staging_rings()
+    assert not _staged._rings
+    out.zero_()
+    _staged.run("read", [(path, 0, out, "x")], CPU)
+    assert out.numpy().tobytes() == open(path, "rb").read()
+
+
 def test_a_stream_abandoned_midway_leaves_the_ring_usable(workdir):
     data, spans = _layout([5000] * 6, 4)
     path = os.path.join(workdir, "model.bin")

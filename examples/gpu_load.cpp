@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "model/generate.hpp"
+#include "model/options.hpp"
 #include "model/parse.hpp"
 #include "runs.hpp"
 #include "support/cli.hpp"
@@ -27,12 +28,6 @@ namespace support = nvmeio::support;
 namespace model = example::model;
 
 namespace {
-
-const support::enum_names<model::format>& format_names() {
-    static const support::enum_names<model::format> names{
-        {"gguf", model::format::gguf}, {"safetensors", model::format::safetensors}};
-    return names;
-}
 
 struct plan {
     std::string path;
@@ -62,16 +57,13 @@ plan read_command_line(int argc, char** argv) {
     support::add_size_option(app, "--slot-size", p.slot_size, "bytes per slot (a multiple of 4K)",
                              4096, std::uint64_t{1} << 32);
     p.flags.add_to(app);
-    auto* generate =
-        support::add_enum_option(app, "--generate", p.spec.kind, format_names(),
-                                 "first write FILE: generated tensors of odd sizes, every type");
-    support::add_size_option(app, "--size", p.spec.bytes,
-                             "--generate: about this many tensor bytes", 1, std::uint64_t{1} << 46);
-    support::add_count_option(app, "--tensors", p.spec.tensors, "--generate: number of tensors",
-                              std::uint64_t{1}, std::uint64_t{1} << 20);
+    auto* generate = model::add_spec_options(
+        app, p.spec, "--generate", "first write FILE: generated tensors of odd sizes, every type",
+        "--generate: ");
     support::parse_command_line(app, argc, argv);
     p.flags.check();
     p.generate = generate->count() != 0;
+    model::check_spec(p.spec);
     if (p.slot_size % 4096 != 0)
         throw support::usage_error("--slot-size", "must be a multiple of 4K");
     return p;

@@ -17,6 +17,7 @@
 
 #include "model/generate.hpp"
 #include "model/load.hpp"
+#include "model/options.hpp"
 #include "model/parse.hpp"
 #include "runs.hpp"
 #include "support/cli.hpp"
@@ -34,12 +35,6 @@ const support::enum_names<method>& method_names() {
                                                    {"mmap", method::mmap},
                                                    {"read", method::read},
                                                    {"staged", method::staged}};
-    return names;
-}
-
-const support::enum_names<model::format>& format_names() {
-    static const support::enum_names<model::format> names{
-        {"gguf", model::format::gguf}, {"safetensors", model::format::safetensors}};
     return names;
 }
 
@@ -79,25 +74,15 @@ plan read_command_line(int argc, char** argv) {
     support::add_count_option(app, "--staging-buffers", p.staging_buffers,
                               "staged: buffers in rotation", std::size_t{1}, std::size_t{64});
     p.flags.add_to(app);
-    auto* generate =
-        support::add_enum_option(app, "--generate", p.spec.kind, format_names(),
-                                 "first write FILE: generated tensors of odd sizes, every type");
-    support::add_size_option(app, "--size", p.spec.bytes,
-                             "--generate: about this many tensor bytes", 1, std::uint64_t{1} << 46);
-    support::add_count_option(app, "--tensors", p.spec.tensors, "--generate: number of tensors",
-                              std::uint64_t{1}, std::uint64_t{1} << 20);
-    support::add_count_option(app, "--seed", p.spec.seed, "--generate: sizes, types and bytes",
-                              std::uint64_t{0});
-    support::add_count_option(app, "--gguf-version", p.spec.version, "--generate: 2 or 3", 2u, 3u);
-    support::add_count_option(app, "--alignment", p.spec.alignment,
-                              "--generate: GGUF general.alignment (a power of two)", 1u, 1u << 30);
+    auto* generate = model::add_spec_options(
+        app, p.spec, "--generate", "first write FILE: generated tensors of odd sizes, every type",
+        "--generate: ");
     support::parse_command_line(app, argc, argv);
     p.flags.check();
     p.generate = generate->count() != 0;
     if (p.staging_size % 4096 != 0)
         throw support::usage_error("--staging-size", "must be a multiple of 4K");
-    if ((p.spec.alignment & (p.spec.alignment - 1)) != 0)
-        throw support::usage_error("--alignment", "must be a power of two");
+    model::check_spec(p.spec);
     return p;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/generate.hpp"
+#include "model/options.hpp"
 #include "support/cli.hpp"
 
 namespace support = nvmeio::support;
@@ -20,24 +21,11 @@ int main(int argc, char** argv) {
         model::model_spec spec;
         support::transfer_flags flags;
         app.add_option("file", path, "the file to write (replaced)")->required();
-        support::add_enum_option(
-            app, "--format", spec.kind,
-            {{"gguf", model::format::gguf}, {"safetensors", model::format::safetensors}},
-            "file format");
-        support::add_size_option(app, "--size", spec.bytes, "about this many tensor bytes", 1,
-                                 std::uint64_t{1} << 46);
-        support::add_count_option(app, "--tensors", spec.tensors, "number of tensors",
-                                  std::uint64_t{1}, std::uint64_t{1} << 20);
-        support::add_count_option(app, "--seed", spec.seed, "picks sizes, types and bytes",
-                                  std::uint64_t{0});
-        support::add_count_option(app, "--gguf-version", spec.version, "GGUF version", 2u, 3u);
-        support::add_count_option(app, "--alignment", spec.alignment,
-                                  "GGUF general.alignment (a power of two)", 1u, 1u << 30);
+        model::add_spec_options(app, spec, "--format", "file format", "");
         flags.add_to(app);
         support::parse_command_line(app, argc, argv);
         flags.check();
-        if ((spec.alignment & (spec.alignment - 1)) != 0)
-            throw support::usage_error("--alignment", "must be a power of two");
+        model::check_spec(spec);
 
         const model::planned_model plan = model::plan_model(spec);
         support::with_backend(flags.backend, [&](auto tag) {

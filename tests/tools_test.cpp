@@ -700,6 +700,7 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
     const char* read_validate = "NVMEIO_PROGRAM_READ_VALIDATE";
     const char* make_model = "NVMEIO_PROGRAM_MAKE_MODEL";
     const char* load_model = "NVMEIO_PROGRAM_LOAD_MODEL";
+    const char* gpu_load = "NVMEIO_PROGRAM_GPU_LOAD";
     const char* kv_offload = "NVMEIO_PROGRAM_KV_OFFLOAD";
     const char* swap_optimizer = "NVMEIO_PROGRAM_SWAP_OPTIMIZER";
     const char* parallel_bench = "NVMEIO_PROGRAM_PARALLEL_BENCH";
@@ -797,6 +798,12 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         {load_model, "{F} --generate gguf --size -1", "--size"},
         {load_model, "{F} --generate gguf --alignment 48", "--alignment"},
         {load_model, "{F} --generate gguf --block-size 1000", "--block-size"},
+        {gpu_load, "{F} --device -1", "--device"},
+        {gpu_load, "{F} --slots 0", "--slots"},
+        {gpu_load, "{F} --slot-size 1000", "--slot-size"},
+        {gpu_load, "{F} --threads 0", "--threads"},
+        {gpu_load, "{F} --generate zip", "--generate"},
+        {gpu_load, "{F} --generate gguf --alignment 48", "--alignment"},
         {kv_offload, "{F} --layers 0", "--layers"},
         {kv_offload, "{F} --kv-block 5000", "--kv-block"},
         {kv_offload, "{F} --kv-block -1", "--kv-block"},

@@ -19,6 +19,7 @@
 #include "nvmeio/parallel_context.hpp"
 #include "nvmeio/perf.hpp"
 #include "nvmeio/staged.hpp"
+#include "nvmeio/staging_ring.hpp"
 #include "nvmeio/strategy.hpp"
 #include "nvmeio/stripe.hpp"
 #include "nvmeio/transfer.hpp"

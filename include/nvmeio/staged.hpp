@@ -12,6 +12,7 @@
 ///
 /// The ring and the copy engines it works with: staging_ring.hpp.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -187,14 +188,23 @@ class staged_run {
         const unsigned s = slot_of(w);
         const auto& window = plan_.windows[w];
         if (!window.covered) {
-            // Bytes no range covers keep what the file holds (zeros past its end).
-            std::memset(ring_->slot(s), 0, window.length);
+            // Bytes no range covers keep what the file holds, zeros past its end: the part in
+            // the file is read, and only the gaps beyond it are zeroed (a window written past
+            // the file's end, a checkpoint's, reads nothing and zeroes only its gaps).
+            std::size_t filled = 0;
             const std::uint64_t size = files_[window.file]->size();
             if (window.offset < size) {
-                move_window(w, operation::read,
-                            static_cast<std::size_t>(
-                                std::min<std::uint64_t>(window.length, size - window.offset)));
+                filled = static_cast<std::size_t>(
+                    std::min<std::uint64_t>(window.length, size - window.offset));
+                move_window(w, operation::read, filled);
             }
+            std::size_t at = filled;
+            for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
+                const auto& piece = plan_.pieces[p];  // in file order, not overlapping
+                if (piece.at > at) std::memset(ring_->slot(s) + at, 0, piece.at - at);
+                at = std::max(at, piece.at + piece.length);
+            }
+            if (at < window.length) std::memset(ring_->slot(s) + at, 0, window.length - at);
         }
         CopyEngine& engine = ring_->engine();
         for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {

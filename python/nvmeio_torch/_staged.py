@@ -26,6 +26,17 @@ _ALIGN = 4096
 
 _rings = {}  # (device index, slots, slot size) -> an idle ring
 _lock = threading.Lock()
+_inherited = []  # a forked child's copy of its parent's rings: never used, never destroyed
+
+
+def _forget_rings_in_child():
+    """After fork the kept rings (their threads, their driver state) are the parent's: the child
+    makes its own, and leaves the parent's untouched rather than tearing them down."""
+    _inherited.append(dict(_rings))
+    _rings.clear()
+
+
+os.register_at_fork(after_in_child=_forget_rings_in_child)
 
 
 def _threads():
@@ -101,6 +112,8 @@ def completions(op, items, device, *, max_bytes=None, checksum=False, crcs=None)
             raise ValueError(f"{name}: on {tensor.device}, and this transfer is to {device}")
         if not tensor.is_contiguous():
             raise ValueError(f"{name}: not contiguous")
+        if not 0 <= offset < 1 << 63:
+            raise ValueError(f"{name}: file offset {offset} is not between 0 and 2**63 - 1")
         files.append(where.setdefault(path, len(where)))
         if files[-1] == len(paths):
             paths.append(path)

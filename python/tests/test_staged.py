@@ -116,6 +116,10 @@ def test_bad_items_raise_before_any_io(workdir):
     strided = torch.zeros(10, 10, dtype=torch.uint8).t()
     with pytest.raises(ValueError, match="not contiguous"):
         _staged.run("read", [(path, 0, strided, "s")], CPU)
+    with pytest.raises(ValueError, match="s: file offset 9223372036854775808 is not between"):
+        _staged.run("read", [(path, 1 << 63, torch.zeros(1, dtype=torch.uint8), "s")], CPU)
+    with pytest.raises(ValueError, match="s: file offset -1 is not between"):
+        _staged.run("read", [(path, -1, torch.zeros(1, dtype=torch.uint8), "s")], CPU)
     with pytest.raises(ValueError, match="CPU and CUDA"):
         _staged.device_index(torch.device("meta"))
     with pytest.raises(ValueError, match="slots must be at least 1"):
@@ -176,6 +180,29 @@ def test_kept_rings_are_freed_on_request_and_made_again_when_needed(workdir):
     out.zero_()
     _staged.run("read", [(path, 0, out, "x")], CPU)
     assert out.numpy().tobytes() == open(path, "rb").read()
+
+
+def test_a_forked_child_makes_rings_of_its_own(workdir):
+    path = os.path.join(workdir, "x.bin")
+    write_file(path, random_bytes(20000, 9))
+    out = torch.zeros(20000, dtype=torch.uint8)
+    _staged.run("read", [(path, 0, out, "x")], CPU)  # the parent keeps a ring
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's ring would refuse it (its threads are the parent's)
+        status = 1
+        try:
+            out.zero_()
+            _staged.run("read", [(path, 0, out, "x")], CPU)
+            status = 0 if out.numpy().tobytes() == open(path, "rb").read() else 2
+        finally:
+            os.write(write, bytes([status]))
+            os._exit(0)
+    os.close(write)
+    status = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert status == b"\x00"
+    _staged.run("read", [(path, 0, out, "x")], CPU)  # and the parent's still serves it
 
 
 def test_a_stream_abandoned_midway_leaves_the_ring_usable(workdir):

@@ -147,12 +147,13 @@ struct batch_options {
     /// offset may exceed it.
     std::size_t max_io_size = std::size_t{8} << 20;
     /// Aligned requests averaging at least this many bytes go member by member without a copy;
-    /// smaller ones are coalesced through the bounce arena.
+    /// smaller ones are coalesced and staged.
     std::size_t min_direct_size = std::size_t{256} << 10;
-    /// Bytes of bounce arena in flight at once (never more than the batch bounces); more bounced
-    /// bytes than this, one long group's included, move in successive waves.
-    /// The arena stays with the context (each worker's, for a parallel one) for its next batch,
-    /// so it is allocated and pinned once, unless it grew past this size.
+    /// Bytes of bounce memory in use at once: the arena that holds a wave's padded last units of
+    /// groups ending off the alignment, and the staging slots that the other bounced bytes go
+    /// through (what the arena leaves, at least one slot). Both stay with the context (each
+    /// worker's, for a parallel one) for its next batch, so they are allocated and pinned once;
+    /// an arena that grew past this size is let go.
     std::size_t bounce_size = std::size_t{64} << 20;
     /// Strategy and submit mode of the batch's I/Os; `measure` fills `batch_outcome::perf`.
     transfer_config config{};
@@ -162,7 +163,7 @@ struct batch_options {
 struct batch_outcome {
     std::vector<batch_result> results;  ///< One per request, in the caller's order.
     std::size_t ios = 0;            ///< I/Os issued after coalescing (each then split in blocks).
-    std::size_t bounced_bytes = 0;  ///< Bytes that went through the bounce arena.
+    std::size_t bounced_bytes = 0;  ///< Bytes copied through staging slots or the bounce arena.
     /// With `batch_options::config.measure`: the batch's latencies, requests, time and bytes.
     transfer_perf perf;
 

@@ -12,7 +12,7 @@
 ///  - an offset, or a block size, off the file's O_DIRECT alignment: the file is opened uncached
 ///    (RWF_DONTCACHE, Linux 6.14+), or buffered where the kernel has no uncached mode;
 ///  - a buffer address off the alignment (torch's own allocations are 64-byte aligned): the
-///    batch front end, which bounces through an aligned arena on the same workers;
+///    batch front end, which stages the bytes through a few aligned slots on the same workers;
 ///  - everything else straight between the tensor and the file.
 ///
 /// Lifetimes: a pending request holds its tensor; only the thread that calls `wait` or destroys

@@ -1,9 +1,10 @@
 #pragma once
 /// \file detail/batch_engine.hpp
 /// How a batch moves (batch.hpp has the rules a caller sees): requests sorted by file offset and
-/// coalesced into groups, groups moved in waves of engine segments that keep one queue full, the
-/// bounce arena for what cannot go straight between the caller's memory and the file, and the
-/// merge of a written group's last partial unit with the file's bytes.
+/// coalesced into groups, groups moved in waves of engine segments that keep one queue full,
+/// staged through the engine's slots where they cannot go straight between the caller's memory
+/// and the file, and the merge of a written group's last partial unit with the file's bytes
+/// through the bounce arena.
 
 #include <algorithm>
 #include <chrono>
@@ -169,9 +170,45 @@ std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
     return furthest;
 }
 
-// Moves the groups `which` (in that order) through `context`, in waves that each keep the
-// queue full. Results go to `results` (each request's own element, so workers running other
-// groups may share it), counts to `tally`, measurements (when asked) to `perf`.
+// The stager of a wave's staged segments: their bytes are the pieces of the caller's requests.
+struct wave_stager_state {
+    const batch_wave* wave;
+    const std::vector<batch_request>* requests;
+};
+
+inline void copy_wave_pieces(const void* state, std::size_t index, std::size_t position,
+                             std::byte* slot, std::size_t length, bool into_slot) {
+    const auto& [w, requests] = *static_cast<const wave_stager_state*>(state);
+    using piece = batch_wave::piece;
+    const auto first = w->pieces.begin() + static_cast<std::ptrdiff_t>(w->first_piece[index]);
+    const auto last = w->pieces.begin() + static_cast<std::ptrdiff_t>(w->first_piece[index + 1]);
+    // A segment's pieces tile it in order: start at the one holding `position`.
+    auto p = std::upper_bound(first, last, position,
+                              [](std::size_t at, const piece& q) { return at < q.position; });
+    if (p != first) --p;
+    for (const std::size_t end = position + length; p != last && p->position < end; ++p) {
+        const std::size_t from = std::max(position, p->position);
+        const std::size_t to = std::min(end, p->position + p->length);
+        if (from >= to) continue;
+        std::byte* caller = static_cast<std::byte*>((*requests)[p->request].buffer) + p->from +
+                            (from - p->position);
+        std::byte* staged = slot + (from - position);
+        if (into_slot) {
+            std::memcpy(staged, caller, to - from);
+        } else {
+            std::memcpy(caller, staged, to - from);
+        }
+    }
+}
+
+// Moves the groups `which` (in that order) through `context`. A group goes straight between the
+// caller's memory and the file where zero_copy says so, else staged: the engine copies its bytes
+// through staging slots request by request, overlapped with the device's work. Either way its
+// last partial alignment unit, if any, goes padded through the bounce arena (a staged group no
+// longer than a block goes there whole); groups go in waves whose arena bytes stay within
+// `bounce_size`. Results go to `results` (each request's own
+// element, so workers running other groups may share it), counts to `tally`, measurements (when
+// asked) to `perf`.
 template <class Context>
 void run_groups(Context& context, const file& f, operation op,
                 const std::vector<batch_request>& requests, const std::vector<batch_group>& groups,
@@ -188,33 +225,24 @@ void run_groups(Context& context, const file& f, operation op,
     auto slot_of = [&](std::size_t length) {
         return static_cast<std::size_t>(align_up(length, std::max(unit, arena_alignment)));
     };
-    // A bounced group goes in chunks of at most this many bytes (whole slots, so that every
-    // chunk but the last starts and ends on the alignment), so the arena never outgrows
-    // `bounce_size` (or one slot, if that is smaller) and a large tensor's copy and I/O
-    // alternate in waves like many small ones.
-    const std::size_t chunk =
-        std::max(slot_of(1), static_cast<std::size_t>(align_down(options.bounce_size, slot_of(1))));
-    // The arena bytes of a zero-copy group: its last partial unit (the only unaligned end such a
-    // group can have); `remaining`, the arena bytes of every group.
+    // Where group g's bytes go through the arena from: its last partial unit, or all of it when
+    // it is staged and fits in one block (one padded request rather than two).
+    auto arena_from = [&](const batch_group& g, bool direct) -> std::size_t {
+        const std::size_t body = g.length - g.length % padding_unit;
+        return !direct && body != g.length && g.length <= context.block_size() ? 0 : body;
+    };
     std::vector<bool> direct(which.size());
-    std::vector<std::size_t> tail(which.size());
-    std::size_t remaining = 0;
+    std::size_t remaining = 0;  // arena bytes of every group
     for (std::size_t k = 0; k < which.size(); ++k) {
         const batch_group& g = groups[which[k]];
         direct[k] = zero_copy(f, requests, g, options);
-        const std::size_t bounced = direct[k] ? g.length % padding_unit : g.length;
-        tail[k] = direct[k] ? slot_of(bounced) : 0;
-        // Overlapping requests may add up past SIZE_MAX: saturate (it only caps the arena).
-        const std::size_t all = slot_of(bounced);
-        remaining = all > SIZE_MAX - remaining ? SIZE_MAX : remaining + all;
+        const std::size_t from = arena_from(g, direct[k]);
+        if (from != g.length) remaining += slot_of(g.length - from);  // <= a block each: no wrap
     }
 
     typename engine_of<Context>::template arena_loan<Context> loan(context, options.bounce_size);
     aligned_buffer& arena = loan.arena;
     if (arena.alignment() < arena_alignment) arena = aligned_buffer();
-    std::size_t part = 0;  // bytes of group `which[k]` that earlier waves moved
-    // Group `which[k]`'s first member not wholly in a segment yet, and where it starts.
-    std::size_t member = 0, member_at = 0;
     for (std::size_t k = 0; k < which.size();) {
         batch_wave w;
         std::size_t arena_used = 0;
@@ -231,15 +259,19 @@ void run_groups(Context& context, const file& f, operation op,
             remaining = remaining > need ? remaining - need : 0;
             return true;
         };
-        // A segment for bytes [from, to) of group g: from `memory`, or bounced when null.
-        auto add = [&](const batch_group& g, std::size_t from, std::size_t to, std::byte* memory) {
+        std::size_t member = 0, member_at = 0;  // the group's first member not wholly placed yet
+        // A segment for bytes [from, to) of group g: from `memory`, staged (null), or padded in
+        // the arena.
+        enum class kind { caller, staged, bounced };
+        auto add = [&](const batch_group& g, std::size_t from, std::size_t to, kind how,
+                       std::byte* memory) {
             std::size_t span = 0;
-            if (memory == nullptr) {
+            if (how == kind::bounced) {
                 memory = arena.data() + arena_used;
                 span = static_cast<std::size_t>(align_up(to - from, padding_unit));
                 arena_used += slot_of(to - from);
-                tally.bounced_bytes += to - from;
             }
+            if (how != kind::caller) tally.bounced_bytes += to - from;
             w.segments.push_back({memory, g.offset + from, to - from, span, 0, {}});
             // Segments of a group come in file order: the member scan goes on where it stopped.
             for (; member < g.members.size() && member_at < to; ++member) {
@@ -255,43 +287,38 @@ void run_groups(Context& context, const file& f, operation op,
         };
         for (; k < which.size(); ++k) {
             const batch_group& g = groups[which[k]];
-            if (part == 0) member = member_at = 0;
-            if (!direct[k]) {
-                while (part < g.length) {
-                    const std::size_t to = part + std::min(chunk, g.length - part);
-                    if (!reserve(slot_of(to - part))) break;
-                    if (part == 0) ++tally.ios;
-                    add(g, part, to, nullptr);
-                    part = to;
-                }
-                if (part < g.length) break;  // the wave is full; the rest goes in the next
-                part = 0;
-                continue;
-            }
-            if (tail[k] != 0 && !reserve(tail[k])) break;
+            const std::size_t body = arena_from(g, direct[k]);
+            if (body != g.length && !reserve(slot_of(g.length - body))) break;
             ++tally.ios;
-            // Runs of members adjacent in memory go as one segment each.
-            const std::size_t body = g.length - g.length % padding_unit;
-            std::size_t at = 0;
-            for (std::size_t m = 0; m < g.members.size() && at < body;) {
-                auto* memory = static_cast<std::byte*>(requests[g.members[m]].buffer);
-                std::size_t end = at + requests[g.members[m]].length;
-                for (++m; m < g.members.size() && g.contiguous_memory; ++m)
-                    end += requests[g.members[m]].length;
-                add(g, at, std::min(end, body), memory);
-                at = end;
+            member = member_at = 0;
+            if (!direct[k]) {
+                if (body != 0) add(g, 0, body, kind::staged, nullptr);
+            } else {  // runs of members adjacent in memory go as one segment each
+                std::size_t at = 0;
+                for (std::size_t m = 0; m < g.members.size() && at < body;) {
+                    auto* memory = static_cast<std::byte*>(requests[g.members[m]].buffer);
+                    std::size_t end = at + requests[g.members[m]].length;
+                    for (++m; m < g.members.size() && g.contiguous_memory; ++m)
+                        end += requests[g.members[m]].length;
+                    add(g, at, std::min(end, body), kind::caller, memory);
+                    at = end;
+                }
             }
-            if (body != g.length) add(g, body, g.length, nullptr);
+            if (body != g.length) add(g, body, g.length, kind::bounced, nullptr);
         }
         const auto measured = [&] {
             return options.config.measure ? &perf.emplace_back() : nullptr;
         };
+        const wave_stager_state callers{&w, &requests};
+        // Staging and the arena together stay within bounce_size (at least a block of staging).
+        const stager stage{copy_wave_pieces, &callers,
+                           options.bounce_size > arena_used ? options.bounce_size - arena_used : 0};
         std::pair<std::uint64_t, std::uint64_t> padding{0, 0};  // see fill_bounced_writes
         with_policy(options.config, [&](const auto& policy) {   // one engine loop per wave
             if (op == operation::write)
                 padding = fill_bounced_writes(context, f, w, policy, measured(), requests);
             engine_of<Context>::move(context, f, op, w.segments.data(), w.segments.size(), policy,
-                                     measured());
+                                     measured(), &stage);
         });
         const io_failure trim = padding.first != 0
                                     ? trim_write_padding(f, padding.first, padding.second)

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -34,9 +35,11 @@ namespace detail {
 
 /// One range of a transfer.
 struct segment {
-    std::byte* memory = nullptr;  ///< Memory side: aligned like the file's O_DIRECT rules.
-    std::uint64_t offset = 0;     ///< File offset: aligned like the file's O_DIRECT rules.
-    std::size_t length = 0;       ///< Bytes the caller wants moved.
+    /// Memory side: aligned like the file's O_DIRECT rules; null for a staged segment, whose
+    /// bytes the run's stager copies through the engine's staging memory.
+    std::byte* memory = nullptr;
+    std::uint64_t offset = 0;  ///< File offset: aligned like the file's O_DIRECT rules.
+    std::size_t length = 0;    ///< Bytes the caller wants moved.
     /// Bytes of `memory` the I/O may use, 0 for `length`. When it is `length` rounded up to the
     /// file's alignment (engine-owned memory), the whole segment goes through the queue: a read
     /// fetches whole units, a write writes whole units whose bytes past `length` the owner has
@@ -44,6 +47,18 @@ struct segment {
     std::size_t span = 0;
     std::size_t bytes = 0;  ///< Result: moved; fewer than `length` only for a read at the end.
     io_failure failure;     ///< Result: why the segment failed.
+};
+
+/// How a run reaches the caller's bytes of its staged segments (`memory` null): each request of
+/// one gets a staging slot of the engine's, which `copy` fills before the request is submitted
+/// (a write) or empties once it has completed (a read), so the copies overlap the device's work
+/// on the other requests in flight. `copy(state, index, position, slot, length, into_slot)`
+/// moves bytes [position, position + length) of segment `index` between the caller and `slot`.
+struct stager {
+    void (*copy)(const void* state, std::size_t index, std::size_t position, std::byte* slot,
+                 std::size_t length, bool into_slot) = nullptr;
+    const void* state = nullptr;
+    std::size_t budget = 0;  ///< Staging bytes in use at most (at least one block's).
 };
 
 /// What the engine keeps per segment while it runs.
@@ -198,7 +213,9 @@ class request_cursor {
     // where the backend says so.
     std::size_t block_request() {
         const std::size_t length = std::min(block_size_, limit(next_segment_) - next_position_);
-        if (length <= request_size_) return request_size_;
+        // A staged segment's requests fit a staging slot; there is no memory of its to ask about.
+        if (length <= request_size_ || segments_[next_segment_].memory == nullptr)
+            return request_size_;
         if constexpr (cuts_requests<Backend>::value) {
             return backend_.request_length(segments_[next_segment_].memory,
                                            state_[next_segment_].body, next_position_, length);
@@ -220,6 +237,22 @@ class request_cursor {
     std::size_t next_position_ = 0;
 };
 
+/// Calls `f(first, last)` for each run of adjacent segments (each starting where the one before
+/// ends) that ends past `size`, in order.
+template <class F>
+void for_each_run_past(const segment* segments, std::size_t count, std::uint64_t size, F&& f) {
+    for (std::size_t first = 0; first < count;) {
+        std::size_t last = first;
+        std::uint64_t end = segments[first].offset + segments[first].length;
+        while (last + 1 < count && segments[last + 1].offset == end) {
+            ++last;
+            end += segments[last].length;
+        }
+        if (end > size) f(first, last);
+        first = last + 1;
+    }
+}
+
 /// The engine of one context (basic_aio_context<Backend> holds one and befriends it): its working
 /// memory, which every transfer on the context reuses (a transfer in steady state allocates
 /// nothing), and the loop. A context serves one thread at a time, so none of it needs a lock.
@@ -231,14 +264,16 @@ class engine {
     /// Moves `segments` of `f` through `context` with `Strategy` (sequential or overlapped),
     /// measuring into `perf` unless it is null; afterwards each segment has its `bytes` and
     /// `failure`. Throws std::logic_error for a context used by two threads at once or after fork.
+    /// Staged segments (null `memory`) need `stage`.
     template <class Strategy, class Context>
     static void move(Context& context, const file& f, operation op, segment* segments,
-                     std::size_t count, const Strategy& policy, transfer_perf* perf) {
+                     std::size_t count, const Strategy& policy, transfer_perf* perf,
+                     const stager* stage = nullptr) {
         if (count == 0) return;
         context.creator_.require_current("aio_context");
         const auto busy = context.in_use_.acquire("aio_context");
         context.engine_.template run<Strategy>(context.backend_, context.options_, f, op, segments,
-                                               count, policy.submit, perf);
+                                               count, policy.submit, perf, stage);
     }
 
     /// The context's bounce arena, lent to one batch at a time (detail/batch_engine.hpp) so that
@@ -279,6 +314,7 @@ class engine {
         std::size_t length = 0;
         std::size_t done = 0;
         clock::time_point submitted{};
+        std::byte* staging = nullptr;  // the request's staging slot, for a staged segment
     };
     struct remnant {  // what goes through the synchronous path afterwards
         std::size_t segment;
@@ -300,6 +336,7 @@ class engine {
         const bool one_request_per_call;
         transfer_perf* const perf;  // measure into this (no clock is read without it)
         const clock::duration spin;
+        const stager* const stage;  // for staged segments
         request_cursor<Backend> cursor;
         unsigned slot_count;      // requests in flight at most: queue depth, or more pieces
         unsigned whole_held = 0;  // slots held by blocks that stay whole in a cut plan
@@ -317,7 +354,8 @@ class engine {
 
     template <class Strategy>
     void run(Backend& backend, const context_options& options, const file& target, operation op,
-             segment* segments, std::size_t count, submit_mode submit, transfer_perf* perf) {
+             segment* segments, std::size_t count, submit_mode submit, transfer_perf* perf,
+             const stager* stage) {
         constexpr bool drain_before_refill = Strategy::kind == strategy_kind::sequential;
         job j{backend,
               target,
@@ -329,11 +367,17 @@ class engine {
               submit == submit_mode::single,
               perf,
               options.spin,
+              stage,
               {backend, target, segments, count, state_, options.block_size},
               options.queue_depth};
         job_ = &j;
+        struct forget {  // job_ never outlives the run, however it ends
+            job*& current;
+            ~forget() { current = nullptr; }
+        } forget_job{job_};
         const clock::time_point start = perf != nullptr ? clock::now() : clock::time_point{};
         std::size_t body_total = 0;
+        std::size_t longest_staged = 0;
         state_.assign(count, {});  // no allocation once it is large enough
         for (std::size_t i = 0; i < count; ++i) {
             segment& s = segments[i];  // one that arrives failed is not moved
@@ -341,6 +385,7 @@ class engine {
             const bool padded = s.span > s.length;
             state_[i].body =
                 padded ? s.span : static_cast<std::size_t>(align_down(s.length, j.unit));
+            if (s.memory == nullptr) longest_staged = std::max(longest_staged, s.length);
             state_[i].end_of_data = std::max(s.length, state_[i].body);
             body_total += state_[i].body;
         }
@@ -353,6 +398,7 @@ class engine {
         free_.clear();
         for (unsigned i = j.slot_count; i > 0; --i)
             free_.push_back(i - 1);
+        if (longest_staged != 0) make_staging(target, longest_staged);
         pending_.clear();
         pending_.reserve(j.slot_count);
         completions_.resize(std::min<std::size_t>(j.slot_count, 256));
@@ -394,36 +440,54 @@ class engine {
             perf->resubmissions = j.resubmissions;
             perf->bytes = moved;
         }
-        job_ = nullptr;
     }
 
-    // Before a write, reserves each run of adjacent segments (each starting where the one before
-    // ends) with file::reserve_range; a run that cannot be reserved fails its segments.
+    // Before a write, reserves each run of adjacent segments that ends past the file's size
+    // (for_each_run_past) with file::reserve_range; a run that cannot be reserved fails its
+    // segments. One fstat answers for every run inside the size: that size never drops below an
+    // end a writer has reserved (size_lock.hpp).
     static void reserve_write_runs(const file& f, segment* segments, std::size_t count) {
-        for (std::size_t first = 0; first < count;) {
-            std::size_t last = first;
-            std::uint64_t end = segments[first].offset + segments[first].length;
-            while (last + 1 < count && segments[last + 1].offset == end) {
-                ++last;
-                end += segments[last].length;
-            }
+        if (f.kind() != file_kind::regular) return;  // nothing to reserve (file::reserve_range)
+        std::error_code ec;
+        const std::uint64_t size = f.size(ec);
+        for_each_run_past(segments, count, ec ? 0 : size, [&](std::size_t first, std::size_t last) {
             io_failure failure;
             f.reserve_range(segments[first].offset,
-                            static_cast<std::size_t>(end - segments[first].offset), failure);
+                            static_cast<std::size_t>(segments[last].offset + segments[last].length -
+                                                     segments[first].offset),
+                            failure);
             for (std::size_t i = first; failure && i <= last; ++i) {
                 if (!segments[i].failure) segments[i].failure = failure;
             }
-            first = last + 1;
-        }
+        });
+    }
+
+    // The staging slots of a run with staged segments: as many as the stager's budget holds (at
+    // least one, at most one per queue slot), each as long as a request of theirs can be, plus
+    // one the synchronous path uses; memory the engine keeps for its next runs.
+    void make_staging(const file& target, std::size_t longest_staged) {
+        const job& j = *job_;
+        if (j.stage == nullptr || j.stage->copy == nullptr)
+            throw std::logic_error("nvmeio: a staged segment without a stager");
+        const std::size_t alignment = std::max<std::size_t>(target.alignment().memory, 4096);
+        staging_stride_ = static_cast<std::size_t>(
+            align_up(std::min(j.cursor.request_size(), longest_staged), alignment));
+        const std::size_t slots =
+            std::clamp<std::size_t>(j.stage->budget / staging_stride_, 1, j.slot_count);
+        const std::size_t bytes = (slots + 1) * staging_stride_;
+        if (staging_.capacity() < bytes || staging_.alignment() < alignment)
+            staging_ = aligned_buffer(bytes, alignment);
+        staging_free_.clear();
+        for (std::size_t k = slots; k > 0; --k)
+            staging_free_.push_back(staging_.data() + k * staging_stride_);
     }
 
     io_request request_for(unsigned id) const {
         const slot& s = slots_[id];
         const segment& g = job_->segments[s.segment];
-        return {job_->target.native_handle(),   job_->op,
-                g.memory + s.position + s.done, s.length - s.done,
-                g.offset + s.position + s.done, id,
-                job_->target.rw_flags()};
+        std::byte* memory = s.staging != nullptr ? s.staging : g.memory + s.position;
+        return {job_->target.native_handle(),   job_->op, memory + s.done,        s.length - s.done,
+                g.offset + s.position + s.done, id,       job_->target.rw_flags()};
     }
 
     // Hands out requests while slots are free. Blocks that stay whole in a cut plan hold at most
@@ -434,9 +498,19 @@ class engine {
             const auto next = j.cursor.next();
             const bool whole = next.length > j.cursor.request_size();
             if (whole && j.whole_held >= j.queue_depth) break;
+            std::byte* staging = nullptr;
+            if (j.segments[next.segment].memory == nullptr) {
+                if (staging_free_.empty()) break;  // a staged request completes first
+                staging = staging_free_.back();
+                staging_free_.pop_back();
+                if (j.op == operation::write) {  // the caller's bytes, before the kernel sees them
+                    j.stage->copy(j.stage->state, next.segment, next.position, staging, next.length,
+                                  true);
+                }
+            }
             const unsigned id = free_.back();
             free_.pop_back();
-            slots_[id] = {next.segment, next.position, next.length, 0, {}};
+            slots_[id] = {next.segment, next.position, next.length, 0, {}, staging};
             if (whole) ++j.whole_held;
             pending_.push_back(request_for(id));
             j.cursor.advance(next.length);
@@ -444,8 +518,19 @@ class engine {
     }
 
     void release(unsigned id) {
-        if (slots_[id].length > job_->cursor.request_size()) --job_->whole_held;
+        slot& s = slots_[id];
+        if (s.length > job_->cursor.request_size()) --job_->whole_held;
+        if (s.staging != nullptr) staging_free_.push_back(std::exchange(s.staging, nullptr));
         free_.push_back(id);
+    }
+
+    // Frees a request's slot once it has moved what it will: a staged read's bytes go to the
+    // caller first.
+    void retire(unsigned id) {
+        const slot& s = slots_[id];
+        if (s.staging != nullptr && job_->op == operation::read && s.done != 0)
+            job_->stage->copy(job_->stage->state, s.segment, s.position, s.staging, s.done, false);
+        release(id);
     }
 
     void fail(std::size_t i, io_failure failure) {
@@ -619,7 +704,7 @@ class engine {
         if (moved != 0) j.transient.reset();
         s.done += moved;
         if (s.done == s.length) {
-            release(id);
+            retire(id);
             return;
         }
         const std::size_t at = s.position + s.done;
@@ -631,7 +716,7 @@ class engine {
                 fail(s.segment, {errno_code(ENOSPC), "write (the device accepted no bytes)",
                                  j.target.path(), g.offset + at, s.length - s.done});
             }
-            release(id);
+            retire(id);
             return;
         }
         if (!is_aligned(g.offset + at, j.unit)) {
@@ -640,7 +725,7 @@ class engine {
             if (at < g.length)
                 remnants_.push_back(
                     {s.segment, at, std::min(g.length, s.position + s.length) - at});
-            release(id);
+            retire(id);
             return;
         }
         pending_.push_back(request_for(id));
@@ -661,16 +746,34 @@ class engine {
             while (r < remnants_.size() && remnants_[r].segment == i)
                 ++r;
             if (g.failure) continue;
-            auto move = [&](std::size_t position, std::size_t length) {
+            auto move_through = [&](std::byte* memory, std::size_t position, std::size_t length) {
                 if (j.op == operation::write) {
-                    j.target.write_at(g.memory + position, length, g.offset + position, g.failure);
+                    j.target.write_at(memory, length, g.offset + position, g.failure);
                     return !g.failure;
                 }
                 if (position >= st.end_of_data) return false;
                 const std::size_t got =
-                    j.target.read_at(g.memory + position, length, g.offset + position, g.failure);
+                    j.target.read_at(memory, length, g.offset + position, g.failure);
                 if (got < length) st.end_of_data = std::min(st.end_of_data, position + got);
                 return !g.failure;
+            };
+            // A staged segment's bytes go through the synchronous path's own staging slot (the
+            // others may still be the kernel's after a failed reap), a slot's length at a time.
+            auto move = [&](std::size_t position, std::size_t length) {
+                if (g.memory != nullptr) return move_through(g.memory + position, position, length);
+                std::byte* through = staging_.data();
+                for (std::size_t at = position; at < position + length;) {
+                    const std::size_t n = std::min(staging_stride_, position + length - at);
+                    if (j.op == operation::write)
+                        j.stage->copy(j.stage->state, i, at, through, n, true);
+                    if (!move_through(through, at, n)) return false;
+                    if (j.op == operation::read)
+                        j.stage->copy(j.stage->state, i, at, through,
+                                      std::min(n, st.end_of_data - std::min(st.end_of_data, at)),
+                                      false);
+                    at += n;
+                }
+                return true;
             };
             bool going = true;
             for (std::size_t k = first; k < r && going; ++k)
@@ -688,8 +791,11 @@ class engine {
     std::vector<remnant> remnants_;
     std::vector<double> submit_samples_;
     std::vector<double> completion_samples_;
-    spin_backoff backoff_;  // outlives a transfer: which waits poll before sleeping
-    aligned_buffer arena_;  // batches' bounce arena, kept for the next (arena_loan)
+    spin_backoff backoff_;                  // outlives a transfer: which waits poll before sleeping
+    aligned_buffer arena_;                  // batches' bounce arena, kept for the next (arena_loan)
+    aligned_buffer staging_;                // staged segments' slots, kept for the next run
+    std::size_t staging_stride_ = 0;        // bytes of one, in the run in progress
+    std::vector<std::byte*> staging_free_;  // of staging_ (past the synchronous path's first)
 };
 
 /// The engine of a context type.

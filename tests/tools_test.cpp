@@ -706,6 +706,7 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
     const char* parallel_bench = "NVMEIO_PROGRAM_PARALLEL_BENCH";
     const char* batch_bench = "NVMEIO_PROGRAM_BATCH_BENCH";
     const char* compare_bench = "NVMEIO_PROGRAM_COMPARE_BENCH";
+    const char* kv_blocks = "NVMEIO_PROGRAM_KV_BLOCKS";
     const std::vector<silly_case> cases = {
         {bench_tool, "-f {F} -s -1", "--size"},
         {bench_tool, "-f {F} -s 1M --spin -1", "--spin"},
@@ -826,6 +827,13 @@ BOOST_AUTO_TEST_CASE(every_silly_command_line_value_exits_2_naming_the_flag) {
         {batch_bench, "--dir {D} --max 0", "--max"},
         {batch_bench, "--dir {D} --threads 0", "--threads"},
         {batch_bench, "--dir {D} --min 8M --max 4M", "--min"},
+        {kv_blocks, "--file {F} --blocks 0", "--blocks"},
+        {kv_blocks, "--file {F} --block-size 1X", "--block-size"},
+        {kv_blocks, "--file {F} --op copy", "--op"},
+        {kv_blocks, "--file {F} --method calls --memory unaligned", "--memory"},
+        {kv_blocks, "--file {F} --loops 0", "--loops"},
+        {kv_blocks, "--file {F} --block-size 6K", "--block-size"},
+        {kv_blocks, "--blocks 4", "--file"},
         {compare_bench, "--rounds 0", "--rounds"},
         {compare_bench, "--size -1", "--size"},
         {compare_bench, "--small-size 1X", "--small-size"},

@@ -20,6 +20,7 @@ out. Unpickling is restricted to weights by default.
 """
 
 import bisect
+import inspect
 import io
 import os
 import pickle
@@ -508,8 +509,8 @@ def load(path, map_location=None, weights_only=True, handle=None):
     ``weights_only=False`` only for files you trust (it runs whatever the pickle names).
 
     A legacy (non-zip) torch file, written with ``_use_new_zipfile_serialization=False``:
-    ``ValueError`` saying so when weights_only is True; handed to ``torch.load`` when it is
-    False. Raises OSError (errno, path) for I/O failures and ValueError naming the file for
+    ``ValueError`` saying so when weights_only is True; handed to ``torch.load`` with
+    ``weights_only=False`` when it is False (torch 2.6 and later would refuse its objects). Raises OSError (errno, path) for I/O failures and ValueError naming the file for
     a malformed archive.
     """
     from ._files import make_handle, open_regular, populating
@@ -524,8 +525,10 @@ def load(path, map_location=None, weights_only=True, handle=None):
         head = os.pread(f.fileno(), 4, 0)
         if not _is_zip(head):
             if head[:2] == b"\x80\x02" or head[:1] == b"\x80":
-                if not weights_only:
-                    return torch.load(path, map_location=map_location)
+                if not weights_only:  # said to torch too: from torch 2.6 its default is True
+                    trusted = ({"weights_only": False} if "weights_only" in
+                               inspect.signature(torch.load).parameters else {})
+                    return torch.load(path, map_location=map_location, **trusted)
                 raise ValueError(
                     f"{path}: a legacy (non-zip) torch checkpoint, written with "
                     "_use_new_zipfile_serialization=False; nvmeio_torch.load reads the zip format "

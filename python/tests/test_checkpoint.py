@@ -330,6 +330,25 @@ def test_legacy_files_are_refused_or_handed_to_torch(workdir):
     assert torch.equal(nvmeio_torch.load(path, weights_only=False)["t"], torch.arange(3))
 
 
+def test_a_trusted_legacy_file_loads_its_objects_whatever_torchs_default(workdir, monkeypatch):
+    # A legacy file holding an object torch's weights-only unpickler refuses (a Counter), loaded
+    # with weights_only=False under a torch.load whose default is weights_only=True (torch 2.6
+    # on): the caller's word reaches torch.
+    path = os.path.join(workdir, "legacy_object.pt")
+    torch.save({"counts": collections.Counter("aab")}, path,
+               _use_new_zipfile_serialization=False)
+    real_load = torch.load
+
+    def load_as_torch_2_6(f, map_location=None, *, weights_only=True, **kwargs):
+        return real_load(f, map_location=map_location, weights_only=weights_only, **kwargs)
+
+    monkeypatch.setattr(torch, "load", load_as_torch_2_6)
+    loaded = nvmeio_torch.load(path, weights_only=False)
+    assert loaded["counts"] == collections.Counter("aab")
+    with pytest.raises(ValueError, match="legacy"):
+        nvmeio_torch.load(path)
+
+
 def test_malformed_archives_raise_value_error_naming_the_file(workdir):
     path = os.path.join(workdir, "bad.pt")
     nvmeio_torch.save({"t": torch.arange(1000)}, path)

@@ -510,8 +510,9 @@ def load(path, map_location=None, weights_only=True, handle=None):
 
     A legacy (non-zip) torch file, written with ``_use_new_zipfile_serialization=False``:
     ``ValueError`` saying so when weights_only is True; handed to ``torch.load`` with
-    ``weights_only=False`` when it is False (torch 2.6 and later would refuse its objects). Raises OSError (errno, path) for I/O failures and ValueError naming the file for
-    a malformed archive.
+    ``weights_only=False`` when it is False (torch 2.6 and later would refuse its objects).
+    Raises OSError (errno, path) for I/O failures and ValueError naming the file for a
+    malformed archive.
     """
     from ._files import make_handle, open_regular, populating
 

@@ -491,7 +491,7 @@ def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, fil
     return result
 
 
-def load(path, map_location=None, weights_only=True, handle=None):
+def load(path, map_location=None, *, weights_only=True, handle=None):
     """Loads what ``torch.save`` (or ``save``) wrote to ``path``, as ``torch.load`` does.
 
     Reads any zip-format file torch.save writes (torch 1.6 and later), nvmeio's or torch's.
@@ -501,6 +501,7 @@ def load(path, map_location=None, weights_only=True, handle=None):
     while the reads go (``_files.populating``).
     The CRC-32s of the records are not checked (torch.load's mmap path does not either).
 
+    ``weights_only`` and ``handle`` are keyword-only, as torch.load's flags are.
     ``map_location``: as torch.load's (a str such as ``"cpu"``, a torch.device, a dict from
     saved location to location, or a callable ``(storage, location)``).
     ``weights_only=True`` (the default, safer than torch 1.13's): only tensors, containers

@@ -330,6 +330,14 @@ def test_legacy_files_are_refused_or_handed_to_torch(workdir):
     assert torch.equal(nvmeio_torch.load(path, weights_only=False)["t"], torch.arange(3))
 
 
+def test_loads_flags_are_keyword_only_as_torch_loads_are(workdir):
+    path = os.path.join(workdir, "flags.pt")
+    nvmeio_torch.save({"t": torch.arange(3)}, path)
+    with pytest.raises(TypeError):
+        nvmeio_torch.load(path, None, False)  # weights_only given by position
+    assert torch.equal(nvmeio_torch.load(path, None, weights_only=False)["t"], torch.arange(3))
+
+
 def test_a_trusted_legacy_file_loads_its_objects_whatever_torchs_default(workdir, monkeypatch):
     # A legacy file holding an object torch's weights-only unpickler refuses (a Counter), loaded
     # with weights_only=False under a torch.load whose default is weights_only=True (torch 2.6

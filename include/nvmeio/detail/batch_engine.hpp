@@ -206,9 +206,8 @@ inline void copy_wave_pieces(const void* state, std::size_t index, std::size_t p
 // through staging slots request by request, overlapped with the device's work. Either way its
 // last partial alignment unit, if any, goes padded through the bounce arena (a staged group no
 // longer than a block goes there whole); groups go in waves whose arena bytes stay within
-// `bounce_size`. Results go to `results` (each request's own
-// element, so workers running other groups may share it), counts to `tally`, measurements (when
-// asked) to `perf`.
+// `bounce_size`. Results go to `results` (each request's own element, so workers running other
+// groups may share it), counts to `tally`, measurements (when asked) to `perf`.
 template <class Context>
 void run_groups(Context& context, const file& f, operation op,
                 const std::vector<batch_request>& requests, const std::vector<batch_group>& groups,
@@ -310,7 +309,7 @@ void run_groups(Context& context, const file& f, operation op,
             return options.config.measure ? &perf.emplace_back() : nullptr;
         };
         const wave_stager_state callers{&w, &requests};
-        // Staging and the arena together stay within bounce_size (at least a block of staging).
+        // Staging and the arena together stay within bounce_size (at least one staging slot).
         const stager stage{copy_wave_pieces, &callers,
                            options.bounce_size > arena_used ? options.bounce_size - arena_used : 0};
         std::pair<std::uint64_t, std::uint64_t> padding{0, 0};  // see fill_bounced_writes

@@ -229,12 +229,13 @@ def _pread_exact(fd, length, offset, path):
     return data
 
 
-def read_directory(fd, file_size, path):
-    """Parses the end records and the central directory of the zip archive open at fd.
-    Returns (entries, directory_offset). Raises ValueError naming the file where the archive
-    is malformed."""
+def read_directory(fd, file_size, path, base=0):
+    """Parses the end records and the central directory of the zip archive open at fd, or of
+    the one `file_size` bytes long at offset `base` of it (offsets relative to `base`, as a
+    torch.save record inside a larger file has them). Returns (entries, directory_offset).
+    Raises ValueError naming the file where the archive is malformed."""
     tail_length = min(file_size, _END.size + 0xFFFF)
-    tail = _pread_exact(fd, tail_length, file_size - tail_length, path)
+    tail = _pread_exact(fd, tail_length, base + file_size - tail_length, path)
     at = tail.rfind(struct.pack("<I", _END_SIG))
     if at < 0 or at + _END.size > len(tail):
         raise _malformed(path, "no end of central directory record")
@@ -243,11 +244,11 @@ def read_directory(fd, file_size, path):
     if count == _LIMIT16 or size == _LIMIT32 or offset == _LIMIT32:
         if end_offset < _LOCATOR64.size:
             raise _malformed(path, "ZIP64 end record expected but missing")
-        locator = _pread_exact(fd, _LOCATOR64.size, end_offset - _LOCATOR64.size, path)
+        locator = _pread_exact(fd, _LOCATOR64.size, base + end_offset - _LOCATOR64.size, path)
         sig, _, end64_offset, _ = _LOCATOR64.unpack(locator)
         if sig != _LOCATOR64_SIG:
             raise _malformed(path, "ZIP64 end record locator missing")
-        end64 = _pread_exact(fd, _END64.size, end64_offset, path)
+        end64 = _pread_exact(fd, _END64.size, base + end64_offset, path)
         fields = _END64.unpack(end64)
         if fields[0] != _END64_SIG:
             raise _malformed(path, f"no ZIP64 end record at offset {end64_offset}")
@@ -255,7 +256,7 @@ def read_directory(fd, file_size, path):
     if offset + size > file_size:
         raise _malformed(path, f"central directory at {offset} (+{size}) runs past the end "
                                f"of the file ({file_size} bytes)")
-    directory = _pread_exact(fd, size, offset, path)
+    directory = _pread_exact(fd, size, base + offset, path)
     entries = []
     at = 0
     for index in range(count):

@@ -144,25 +144,13 @@ def save(obj, path, *, durable=True, handle=None):
         raise TypeError(f"nvmeio_torch.save: path must be a file name, not {type(path).__name__}"
                         " (torch.save writes to file objects)")
     path = os.fsdecode(os.fspath(path))
-    buffer = io.BytesIO()
-    pickler = _Pickler(buffer)
-    pickler.dump(obj)
-    pickled = buffer.getbuffer()
-    contents = [_storage_bytes(untyped) for _, untyped in pickler.storages]
-
-    archive = _archive_name(path)
-    records = _zip.plan(
-        [(f"{archive}/data.pkl", len(pickled), False)]
-        + [(f"{archive}/data/{key}", t.numel(), True)
-           for (key, _), t in zip(pickler.storages, contents)]
-        + [(f"{archive}/version", len(_FORMAT_VERSION), False),
-           (f"{archive}/byteorder", len(sys.byteorder), False)])
+    archive = _archive(obj, _archive_name(path))
     if handle is None:
         handle = make_handle()
 
     try:
         with atomic_file(path, durable=durable) as temporary:
-            _write(records, contents, pickled, temporary, handle)
+            _write_archives([(archive, 0)], temporary, handle)
     except OSError as error:
         if error.filename == path:
             raise
@@ -171,17 +159,52 @@ def save(obj, path, *, durable=True, handle=None):
                       path, None, error.filename) from error
 
 
-def _write(records, contents, pickled, temporary, handle):
-    """Fills the empty file `temporary` with the planned archive: the storages' bytes
-    (`contents`) in one asynchronous batch while their CRC-32s are computed (through the staging
-    rings when some are on GPUs), then the pickle, the headers and the central directory in one
-    more."""
-    data_records = records[1:1 + len(contents)]
+class _archive:
+    """An object pickled as torch.save pickles it and laid out, from offset 0, as the zip
+    archive torch.save writes, every data record's start a multiple of 4096: `records` (the
+    pickle, one per storage, version, byteorder), `contents` (each storage's bytes, a flat uint8
+    tensor on its device), `pickled`, and `length` (the archive's bytes, central directory
+    included). The pickler's error is raised before anything is written."""
+
+    def __init__(self, obj, name):
+        buffer = io.BytesIO()
+        pickler = _Pickler(buffer)
+        pickler.dump(obj)
+        self.pickled = buffer.getbuffer()
+        self.contents = [_storage_bytes(untyped) for _, untyped in pickler.storages]
+        self.records = _zip.plan(
+            [(f"{name}/data.pkl", len(self.pickled), False)]
+            + [(f"{name}/data/{key}", t.numel(), True)
+               for (key, _), t in zip(pickler.storages, self.contents)]
+            + [(f"{name}/version", len(_FORMAT_VERSION), False),
+               (f"{name}/byteorder", len(sys.byteorder), False)])
+        for r in self.records:
+            r.crc = 0  # the directory's length does not depend on the CRCs
+        end = self.records[-1].end
+        self.length = end + len(_zip.central_directory(self.records, end))
+
+    @property
+    def data_records(self):
+        return self.records[1:1 + len(self.contents)]
+
+
+def _write_archives(placed, temporary, handle, pieces=()):
+    """Fills the empty file `temporary` with archives placed at offsets, `placed` being a list
+    of (_archive, offset): every storage's bytes in one asynchronous batch while their CRC-32s
+    are computed (through the staging rings when some are on GPUs), then every pickle, header
+    and central directory, with `pieces` (more (offset, bytes) to write), in one more."""
+    data = [(r, t, base + r.data_offset) for archive, base in placed
+            for r, t in zip(archive.data_records, archive.contents)]
+    contents = [t for _, t, _ in data]
     if _through_rings(contents):
-        _write_through_rings(data_records, contents, temporary)
+        _write_through_rings(data, temporary)
     else:
-        _write_data(data_records, contents, temporary, handle)
-    _write_metadata(records, contents, pickled, temporary, handle)
+        _write_data(data, temporary, handle)
+    pieces = list(pieces)
+    for archive, base in placed:
+        pieces += _metadata_pieces(archive, base)
+    handle.sync_pwrite_batch([torch.frombuffer(bytearray(b), dtype=torch.uint8)
+                              for _, b in pieces], temporary, [o for o, _ in pieces])
 
 
 def _through_rings(contents):
@@ -189,27 +212,28 @@ def _through_rings(contents):
     return any(t.device.type != "cpu" for t in contents)
 
 
-def _write_through_rings(data_records, contents, temporary):
-    """The storages' bytes of a state on GPUs: each device's records (the CPU's with the first)
-    go through its staging ring (GPU -> page-locked slots -> O_DIRECT writes, overlapped), their
-    CRC-32s computed from the slots before each is written."""
+def _write_through_rings(data, temporary):
+    """The storages' bytes of a state on GPUs, `data` being (record, bytes, file offset): each
+    device's records (the CPU's with the first) go through its staging ring (GPU -> page-locked
+    slots -> O_DIRECT writes, overlapped), their CRC-32s computed from the slots before each is
+    written."""
     from . import _staged
 
-    members = [i for i, r in enumerate(data_records) if r.size]
-    for r in data_records:
+    members = [i for i, (r, _, _) in enumerate(data) if r.size]
+    for r, _, _ in data:
         r.crc = 0
-    crcs = _staged.run_by_device("write", [(temporary, data_records[i].data_offset, contents[i],
-                                            data_records[i].name) for i in members],
-                                 checksum=True)
+    crcs = _staged.run_by_device("write", [(temporary, data[i][2], data[i][1], data[i][0].name)
+                                           for i in members], checksum=True)
     for i, crc in zip(members, crcs):
-        data_records[i].crc = crc
+        data[i][0].crc = crc
 
 
-def _write_data(data_records, contents, temporary, handle):
-    """The storages' bytes in one asynchronous batch while their CRC-32s are computed."""
+def _write_data(data, temporary, handle):
+    """The storages' bytes, `data` being (record, bytes, file offset), in one asynchronous
+    batch while their CRC-32s are computed."""
     from ._files import cpus
 
-    writes = [(t, r.data_offset) for t, r in zip(contents, data_records) if r.size]
+    writes = [(t, offset) for r, t, offset in data if r.size]
     pending = False
     try:
         if writes:
@@ -219,33 +243,30 @@ def _write_data(data_records, contents, temporary, handle):
         # The CRCs are computed while the data is written.
         with ThreadPoolExecutor(max_workers=cpus()) as executor:  # the CPUs it may run on
             crcs = _zip.crc32_pieces(executor)
-            indices = [crcs.add(t.numpy()) for t in contents]
-            for r, index in zip(data_records, indices):
+            indices = [crcs.add(t.numpy()) for _, t, _ in data]
+            for (r, _, _), index in zip(data, indices):
                 r.crc = crcs.result(index)
     finally:
         if pending:
             handle.wait()
 
 
-def _write_metadata(records, contents, pickled, temporary, handle):
-    """The pickle with its header at 0, each data record's local header before its data, and
-    the small records with the central directory after the last, in one batch."""
-    data_records = records[1:1 + len(contents)]
-    records[0].crc = zlib.crc32(pickled)
-    tail = records[1 + len(contents):]
+def _metadata_pieces(archive, base):
+    """The (offset, bytes) of an archive at `base` other than its storages: the pickle with its
+    header at the start, each data record's local header before its data, and the small records
+    with the central directory after the last (its offsets relative to the archive's start)."""
+    records = archive.records
+    records[0].crc = zlib.crc32(archive.pickled)
+    tail = records[1 + len(archive.contents):]
     tail[0].crc = zlib.crc32(_FORMAT_VERSION)
     tail[1].crc = zlib.crc32(sys.byteorder.encode())
-
-    # The metadata: the pickle with its header at 0, each data record's local header
-    # before its data, and the small records with the central directory after the last.
-    pieces = [(0, _zip.local_header(records[0]) + pickled.tobytes())]
-    pieces += [(r.header_offset, _zip.local_header(r)) for r in data_records]
+    pieces = [(base, _zip.local_header(records[0]) + archive.pickled.tobytes())]
+    pieces += [(base + r.header_offset, _zip.local_header(r)) for r in archive.data_records]
     end = records[-1].end
-    pieces.append((tail[0].header_offset,
+    pieces.append((base + tail[0].header_offset,
                    _zip.local_header(tail[0]) + _FORMAT_VERSION + _zip.local_header(tail[1])
                    + sys.byteorder.encode() + _zip.central_directory(records, end)))
-    handle.sync_pwrite_batch([torch.frombuffer(bytearray(b), dtype=torch.uint8)
-                              for _, b in pieces], temporary, [o for o, _ in pieces])
+    return pieces
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,6 +396,44 @@ def _intervals(ranges, file_size):
         else:
             merged.append([start, end])
     return merged
+
+
+def _directory(fd, path, size, base=0):
+    """The records of the torch.save archive `size` bytes long at `base` of the file open at
+    `fd`, checked: (the pickle's entry, the byte order's or None, {storage key: entry}, the
+    storages' name prefix, {id(entry): end of its extent}), offsets relative to `base`. Raises
+    ValueError naming the file where the archive is not a torch.save one or is malformed."""
+    entries, directory_offset = _zip.read_directory(fd, size, path, base)
+    if not entries:
+        raise ValueError(f"{path}: an empty zip archive, not a torch checkpoint")
+    archive = entries[0].name.split("/", 1)[0] + "/"
+    if "/" not in entries[0].name:
+        raise ValueError(f"{path}: record {entries[0].name!r} is not in an archive folder, as "
+                         "torch.save's records are")
+    by_name = {e.name: e for e in entries}
+    if archive + "constants.pkl" in by_name:
+        raise ValueError(f"{path}: a TorchScript archive; load it with torch.jit.load")
+    pickle_entry = by_name.get(archive + "data.pkl")
+    if pickle_entry is None:
+        raise ValueError(f"{path}: no {archive}data.pkl record: not a torch.save checkpoint")
+    byteorder = by_name.get(archive + "byteorder")
+    data_prefix = archive + "data/"
+    data_entries = {e.name[len(data_prefix):]: e for e in entries
+                    if e.name.startswith(data_prefix)}
+    checked = [pickle_entry] + list(data_entries.values()) + ([byteorder] if byteorder else [])
+    for e in checked:
+        if e.method != 0 or e.compressed_size != e.size:
+            raise ValueError(f"{path}: record {e.name!r} is compressed (method {e.method}); "
+                             "torch.save stores its records uncompressed")
+        if e.flags & 1:
+            raise ValueError(f"{path}: record {e.name!r} is encrypted")
+    span_ends = _spans(entries, directory_offset)
+    for e in checked:
+        if e.header_offset + _zip.LOCAL_HEADER_SIZE + e.size > span_ends[id(e)]:
+            raise ValueError(f"{path}: record {e.name!r} ({e.size} bytes, header at "
+                             f"{e.header_offset}) runs into the next record or past the "
+                             "central directory")
+    return pickle_entry, byteorder, data_entries, data_prefix, span_ends
 
 
 def _is_zip(head):
@@ -537,35 +596,8 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
                     "only (weights_only=False hands legacy files to torch.load)")
             raise ValueError(f"{path}: not a torch checkpoint (neither a zip archive nor a "
                              "legacy torch file)")
-        entries, directory_offset = _zip.read_directory(f.fileno(), file_size, path)
-    if not entries:
-        raise ValueError(f"{path}: an empty zip archive, not a torch checkpoint")
-    archive = entries[0].name.split("/", 1)[0] + "/"
-    if "/" not in entries[0].name:
-        raise ValueError(f"{path}: record {entries[0].name!r} is not in an archive folder, as "
-                         "torch.save's records are")
-    by_name = {e.name: e for e in entries}
-    if archive + "constants.pkl" in by_name:
-        raise ValueError(f"{path}: a TorchScript archive; load it with torch.jit.load")
-    pickle_entry = by_name.get(archive + "data.pkl")
-    if pickle_entry is None:
-        raise ValueError(f"{path}: no {archive}data.pkl record: not a torch.save checkpoint")
-    byteorder = by_name.get(archive + "byteorder")
-    data_prefix = archive + "data/"
-    data_entries = {e.name[len(data_prefix):]: e for e in entries
-                    if e.name.startswith(data_prefix)}
-    for e in [pickle_entry] + list(data_entries.values()) + ([byteorder] if byteorder else []):
-        if e.method != 0 or e.compressed_size != e.size:
-            raise ValueError(f"{path}: record {e.name!r} is compressed (method {e.method}); "
-                             "torch.save stores its records uncompressed")
-        if e.flags & 1:
-            raise ValueError(f"{path}: record {e.name!r} is encrypted")
-    span_ends = _spans(entries, directory_offset)
-    for e in [pickle_entry] + list(data_entries.values()) + ([byteorder] if byteorder else []):
-        if e.header_offset + _zip.LOCAL_HEADER_SIZE + e.size > span_ends[id(e)]:
-            raise ValueError(f"{path}: record {e.name!r} ({e.size} bytes, header at "
-                             f"{e.header_offset}) runs into the next record or past the "
-                             "central directory")
+        pickle_entry, byteorder, data_entries, data_prefix, span_ends = _directory(
+            f.fileno(), path, file_size)
 
     # The pickle's (and byte order's) extents into a small buffer; then, for storages that stay
     # on the CPU, every data record's extent into an arena.

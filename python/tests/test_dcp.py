@@ -1,0 +1,203 @@
+"""nvmeio_torch.dcp: torch.distributed.checkpoint's storage, in torch's layout, both ways.
+
+Distributed jobs run on gloo in spawned processes (dcp_jobs.py): a save at world size 2 with
+nvmeio's writer and torch's, each loaded with the other's reader at world sizes 1, 2 and 3."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available():
+    pytest.skip("this torch is built without torch.distributed", allow_module_level=True)
+ndcp = pytest.importorskip("nvmeio_torch.dcp")
+import dcp_jobs  # noqa: E402 (after the skips)
+from nvmeio_torch import _zip, checkpoint  # noqa: E402
+
+tdcp = ndcp._dcp
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def spawn(job, world, *args):
+    """Runs dcp_jobs.<job>(rank, world, rendezvous, *args) on `world` spawned ranks; a rank's
+    exception fails the test with its traceback."""
+    with tempfile.TemporaryDirectory() as scratch:
+        rendezvous = os.path.join(scratch, "rendezvous")
+        torch.multiprocessing.spawn(job, args=(world, rendezvous) + args, nprocs=world,
+                                    join=True)
+
+
+@pytest.fixture(scope="module")
+def saved():
+    """A folder holding nvmeio/ and torch/, the same world-2 state saved by each writer (and
+    each loaded back through the other's reader at world 2), and the O_DIRECT flags seen."""
+    base = os.environ.get("NVMEIO_TORCH_TEST_DIR") or tempfile.gettempdir()
+    os.makedirs(base, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="nvmeio_dcp_", dir=base) as folder:
+        results = os.path.join(folder, "results")
+        os.mkdir(results)
+        spawn(dcp_jobs.save_and_check, 2, folder, results)
+        yield folder, results
+
+
+def test_two_ranks_save_and_each_reader_loads_the_others_checkpoint(saved):
+    folder, _ = saved
+    for source in ("nvmeio", "torch"):
+        names = sorted(os.listdir(os.path.join(folder, source)))
+        assert names == [".metadata", "__0_0.distcp", "__1_0.distcp"], (source, names)
+
+
+def test_records_and_tensor_data_start_at_4_kib_and_move_with_o_direct(saved):
+    folder, results = saved
+    metadata = ndcp.FileSystemReader(os.path.join(folder, "nvmeio")).read_metadata()
+    tensors = 0
+    for index, info in metadata.storage_data.items():
+        assert type(info) is ndcp._filesystem._StorageInfo  # torch's own, for torch's reader
+        assert info.offset % 4096 == 0, (index, info)
+        if index.fqn == "object":
+            continue
+        path = os.path.join(folder, "nvmeio", info.relative_path)
+        with open(path, "rb") as f:
+            _, _, data, _, _ = checkpoint._directory(f.fileno(), path, info.length, info.offset)
+            (entry,) = data.values()
+            header = os.pread(f.fileno(), _zip.LOCAL_HEADER_SIZE, info.offset + entry.header_offset)
+            start = info.offset + _zip.local_data_offset(header, entry.header_offset, path, "")
+        assert start % 4096 == 0, (index, start)
+        tensors += 1
+    assert tensors > 20
+    for rank in (0, 1):
+        flags = torch.load(os.path.join(results, f"flags.{rank}"))
+        assert flags, f"rank {rank}: no .distcp descriptor open while its data was written"
+        assert all(f & os.O_DIRECT for f in flags), [oct(f) for f in flags]
+
+
+@pytest.mark.parametrize("world", [3])
+def test_a_world_2_checkpoint_loads_resharded_at_world_3(saved, world):
+    folder, results = saved
+    spawn(dcp_jobs.load_and_check, world, folder, results)
+
+
+def test_a_world_2_checkpoint_loads_whole_in_one_process(saved):
+    folder, _ = saved
+    for source in ("nvmeio", "torch"):
+        for reader in (ndcp.FileSystemReader, tdcp.FileSystemReader):
+            state = dcp_jobs.expected_state()
+            loaded = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else None
+                      for k, v in state.items()}
+            loaded.update({name: torch.zeros(size) for name, (size, _) in dcp_jobs.SHARDED.items()})
+            tdcp.load_state_dict(loaded, reader(os.path.join(folder, source)), no_dist=True)
+            dcp_jobs.check(loaded, where=f"{source} through {reader.__module__}")
+
+
+def test_a_failed_write_on_one_rank_fails_every_rank_and_writes_no_metadata(workdir):
+    results = os.path.join(workdir, "results")
+    folder = os.path.join(workdir, "checkpoint")
+    os.mkdir(results)
+    spawn(dcp_jobs.fail_on_one_rank, 2, folder, results)
+    for rank in (0, 1):
+        failed = os.path.join(results, f"failed.{rank}")
+        assert os.path.exists(failed), f"rank {rank} got no CheckpointException"
+        assert 1 in torch.load(failed)
+    assert not os.path.exists(os.path.join(folder, ".metadata"))
+
+
+def _save(state, folder, **options):
+    tdcp.save_state_dict(state, ndcp.FileSystemWriter(folder, **options), no_dist=True)
+
+
+def _load(folder, reader=ndcp.FileSystemReader):
+    loaded = {"w": torch.zeros(300, 100), "step": None}
+    tdcp.load_state_dict(loaded, reader(folder), no_dist=True)
+    return loaded
+
+
+def test_overwriting_writes_new_names_and_removes_the_old_files_after_the_commit(workdir):
+    _save({"w": torch.full((300, 100), 1.0), "step": 1}, workdir)
+    assert sorted(os.listdir(workdir)) == [".metadata", "__0_0.distcp"]
+    tdcp.save_state_dict({"w": torch.full((300, 100), 2.0), "step": 2},
+                         tdcp.FileSystemWriter(workdir, single_file_per_rank=True), no_dist=True)
+    _save({"w": torch.full((300, 100), 3.0), "step": 3}, workdir)  # over torch's files
+    assert sorted(os.listdir(workdir)) == [".metadata", "__0_1.distcp"]
+    for reader in (ndcp.FileSystemReader, tdcp.FileSystemReader):
+        loaded = _load(workdir, reader)
+        assert loaded["step"] == 3 and torch.equal(loaded["w"], torch.full((300, 100), 3.0))
+
+
+def test_overwrite_false_refuses_a_folder_holding_a_checkpoint(workdir):
+    _save({"w": torch.ones(300, 100), "step": 1}, workdir)
+    with pytest.raises(tdcp.CheckpointException) as raised:
+        _save({"w": torch.zeros(300, 100), "step": 2}, workdir, overwrite=False)
+    (error, _), = raised.value.failures.values()
+    assert isinstance(error, FileExistsError) and error.filename.endswith(".metadata")
+    assert _load(workdir)["step"] == 1
+
+
+def test_one_file_per_item_when_asked(workdir):
+    _save({"w": torch.ones(300, 100), "step": 1, "b": torch.arange(5)}, workdir,
+          single_file_per_rank=False)
+    assert sorted(os.listdir(workdir)) == [".metadata", "__0_0.distcp", "__0_1.distcp",
+                                           "__0_2.distcp"]
+    assert _load(workdir, tdcp.FileSystemReader)["step"] == 1
+
+
+def test_a_truncated_data_file_raises_naming_it(workdir):
+    _save({"w": torch.ones(300, 100), "step": 1}, workdir)
+    path = os.path.join(workdir, "__0_0.distcp")
+    os.truncate(path, 4096)
+    with pytest.raises(tdcp.CheckpointException) as raised:
+        _load(workdir)
+    (error, _), = raised.value.failures.values()
+    assert isinstance(error, (OSError, ValueError)) and "__0_0.distcp" in str(error), error
+
+
+def test_a_save_killed_at_random_points_leaves_the_old_checkpoint_or_the_new_one(workdir):
+    """A process saves versions n, n + 1... over one folder and is killed (SIGKILL) at a random
+    moment; the folder must load, whole, as the version being saved or the one before it, with
+    both readers. Eight kills, at points spread over the saves (each takes tens of ms)."""
+    rng = random.Random(45)
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [HERE] + [p for p in sys.path if p]))
+    loaded_versions = []
+    start = 1
+    for round in range(8):
+        child = subprocess.Popen([sys.executable, os.path.join(HERE, "dcp_jobs.py"), workdir,
+                                  str(start)], stdout=subprocess.PIPE, env=environment)
+        # The first round waits for a whole checkpoint (its second save started).
+        until = start + (1 if round == 0 else rng.randrange(2))
+        while int(child.stdout.readline()) < until:
+            pass
+        try:
+            child.wait(timeout=rng.uniform(0, 0.15))
+        except subprocess.TimeoutExpired:
+            pass
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        started = [int(line) for line in child.stdout.read().split()] or [until]
+        child.stdout.close()
+        last = max(until, started[-1])
+        for reader in (ndcp.FileSystemReader, tdcp.FileSystemReader):
+            version = _load_version(workdir, reader)
+            assert version in (last, last - 1), (round, version, last)
+        loaded_versions.append(version)
+        start = version + 1  # so that "the one before" the first save is the one loaded
+    assert len(set(loaded_versions)) > 1, loaded_versions
+
+
+def _load_version(folder, reader):
+    """Loads the killed saver's folder; checks every item against the version its object
+    names, and returns that version."""
+    loaded = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else None
+              for k, v in dcp_jobs.expected_state().items()}
+    loaded.update({name: torch.zeros(size) for name, (size, _) in dcp_jobs.SHARDED.items()})
+    loaded["padding"] = torch.zeros(1 << 20, dtype=torch.int64)
+    tdcp.load_state_dict(loaded, reader(folder), no_dist=True)
+    version = loaded.pop("object")["step"] - 1000
+    padding = loaded.pop("padding")
+    dcp_jobs.check(loaded, seed=version, where=f"version {version} through {reader.__module__}")
+    assert torch.equal(padding, torch.full((1 << 20,), version)), version
+    return version

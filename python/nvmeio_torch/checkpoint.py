@@ -188,23 +188,25 @@ class _archive:
         return self.records[1:1 + len(self.contents)]
 
 
-def _write_archives(placed, temporary, handle, pieces=()):
+def _write_archives(placed, temporary, handle, raw=()):
     """Fills the empty file `temporary` with archives placed at offsets, `placed` being a list
-    of (_archive, offset): every storage's bytes in one asynchronous batch while their CRC-32s
-    are computed (through the staging rings when some are on GPUs), then every pickle, header
-    and central directory, with `pieces` (more (offset, bytes) to write), in one more."""
+    of (_archive, offset), and `raw` bytes, (offset, bytes) at aligned offsets: every storage's
+    bytes and the raw ones in one asynchronous batch while the storages' CRC-32s are computed
+    (through the staging rings when some are on GPUs), then every pickle, header and central
+    directory in one more."""
     data = [(r, t, base + r.data_offset) for archive, base in placed
             for r, t in zip(archive.data_records, archive.contents)]
-    contents = [t for _, t, _ in data]
-    if _through_rings(contents):
+    raw = [(torch.frombuffer(bytearray(b), dtype=torch.uint8), offset) for offset, b in raw if b]
+    pieces = []
+    if _through_rings([t for _, t, _ in data]):
         _write_through_rings(data, temporary)
+        pieces = raw
     else:
-        _write_data(data, temporary, handle)
-    pieces = list(pieces)
+        _write_data(data, temporary, handle, raw)
     for archive, base in placed:
-        pieces += _metadata_pieces(archive, base)
-    handle.sync_pwrite_batch([torch.frombuffer(bytearray(b), dtype=torch.uint8)
-                              for _, b in pieces], temporary, [o for o, _ in pieces])
+        pieces += [(torch.frombuffer(bytearray(b), dtype=torch.uint8), offset)
+                   for offset, b in _metadata_pieces(archive, base)]
+    handle.sync_pwrite_batch([t for t, _ in pieces], temporary, [o for _, o in pieces])
 
 
 def _through_rings(contents):
@@ -228,12 +230,12 @@ def _write_through_rings(data, temporary):
         data[i][0].crc = crc
 
 
-def _write_data(data, temporary, handle):
-    """The storages' bytes, `data` being (record, bytes, file offset), in one asynchronous
-    batch while their CRC-32s are computed."""
+def _write_data(data, temporary, handle, raw=()):
+    """The storages' bytes, `data` being (record, bytes, file offset), and `raw` ((bytes,
+    file offset)) in one asynchronous batch while the storages' CRC-32s are computed."""
     from ._files import cpus
 
-    writes = [(t, offset) for r, t, offset in data if r.size]
+    writes = [(t, offset) for r, t, offset in data if r.size] + list(raw)
     pending = False
     try:
         if writes:

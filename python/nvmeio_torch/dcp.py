@@ -232,18 +232,19 @@ class FileSystemWriter(_storage.StorageWriter):
         return _done(results)
 
     def _write_file(self, name, items, planner):
-        """Writes `items` to the new file `name`: each record at the next multiple of 4096,
-        tensors' data in one batch, the rest in one more; flushed when sync_files."""
+        """Writes `items` to the new file `name`, each record at the next multiple of 4096: the
+        tensors' data and the objects' bytes in one batch, the pickles, headers and central
+        directories in one more; flushed when sync_files."""
         path = self.path / name
-        placed, pieces, results = [], [], []
+        placed, raw, results = [], [], []
         end = 0
         for item in items:
             data = planner.resolve_data(item)
             start = align_up(end)
             if item.type == _planner.WriteItemType.BYTE_IO:
-                raw = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
-                pieces.append((start, raw))
-                length = len(raw)
+                data = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
+                raw.append((start, data))
+                length = len(data)
             else:
                 archive = checkpoint._archive(_trimmed(data), _ARCHIVE)
                 placed.append((archive, start))
@@ -255,7 +256,7 @@ class FileSystemWriter(_storage.StorageWriter):
         # with O_DIRECT; this process holds no other descriptor on it while the bytes move.
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
         try:
-            checkpoint._write_archives(placed, str(path), self._handle, pieces)
+            checkpoint._write_archives(placed, str(path), self._handle, raw)
             if self.sync_files:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                 try:

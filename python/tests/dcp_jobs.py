@@ -191,6 +191,52 @@ def fail_on_one_rank(rank, world, rendezvous, folder, results):
     dist.destroy_process_group()
 
 
+def dtensor_job(rank, world, rendezvous, folder, results):
+    """torch >= 2.2, world 2: DTensors on a CPU gloo mesh through dcp.save / dcp.load with a
+    checkpoint_id (the writer and reader made for another folder, reset to it), read back by
+    torch's own reader too, and dcp.async_save."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    try:
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    except ImportError:  # torch < 2.4
+        from torch.distributed._tensor import Replicate, Shard, distribute_tensor
+
+    _join(rank, world, rendezvous)
+    mesh = init_device_mesh("cpu", (world,))
+    whole = {name: full(name, SHARDED[name][0]) for name in SHARDED}
+
+    def state(fill):
+        made = {name: distribute_tensor(t if fill else torch.zeros_like(t), mesh,
+                                        [Shard(SHARDED[name][1])]) for name, t in whole.items()}
+        made["replicated"] = distribute_tensor(full("r", (5, 3)) if fill else
+                                               torch.zeros(5, 3), mesh, [Replicate()])
+        made["object"] = {"step": 7} if fill else None
+        return made
+
+    def check_loaded(loaded, where):
+        for name, t in whole.items():
+            assert torch.equal(loaded[name].full_tensor(), t), f"{where}: {name}"
+        assert torch.equal(loaded["replicated"].full_tensor(), full("r", (5, 3))), where
+        assert loaded["object"] == {"step": 7}, where
+
+    elsewhere = os.path.join(folder, "not-this-one")
+    first = os.path.join(folder, "first")
+    dcp.save(state(True), checkpoint_id=first, storage_writer=ndcp.FileSystemWriter(elsewhere))
+    for reader in (ndcp.FileSystemReader(elsewhere), None):
+        loaded = state(False)
+        dcp.load(loaded, checkpoint_id=first, storage_reader=reader)
+        check_loaded(loaded, f"dcp.load through {type(reader).__module__}")
+    second = os.path.join(folder, "second")
+    dcp.async_save(state(True), checkpoint_id=second,
+                   storage_writer=ndcp.FileSystemWriter(second)).result()
+    loaded = state(False)
+    dcp.load(loaded, checkpoint_id=second, storage_reader=ndcp.FileSystemReader(second))
+    check_loaded(loaded, "async_save")
+    assert not os.path.exists(elsewhere), "the writer wrote where it was made, not reset"
+    dist.destroy_process_group()
+
+
 def save_forever(folder, version):
     """One process, no process group: saves versions `version`, `version` + 1... over one
     checkpoint until killed, printing each version as it starts."""

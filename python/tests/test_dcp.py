@@ -201,3 +201,10 @@ def _load_version(folder, reader):
     dcp_jobs.check(loaded, seed=version, where=f"version {version} through {reader.__module__}")
     assert torch.equal(padding, torch.full((1 << 20,), version)), version
     return version
+
+
+@pytest.mark.skipif(not hasattr(tdcp, "async_save"),
+                    reason=f"dcp.save/load with checkpoint_id and async_save need torch >= 2.2 "
+                           f"(this is {torch.__version__}, whose DCP has neither)")
+def test_torch_2_dtensors_through_checkpoint_id_and_async_save(workdir):
+    spawn(dcp_jobs.dtensor_job, 2, workdir, workdir)

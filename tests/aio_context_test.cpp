@@ -58,6 +58,23 @@ BOOST_AUTO_TEST_CASE(a_spin_limit_outside_0_to_1_second_is_rejected) {
     BOOST_TEST(fine.options().spin.count() == 1'000'000);
 }
 
+BOOST_AUTO_TEST_CASE(a_retry_budget_outside_0_to_1_hour_is_rejected) {
+    for (const auto budget :
+         {std::chrono::milliseconds{-1}, std::chrono::milliseconds{3'600'001}}) {
+        context_options options{4, 4096};
+        options.retry_budget = budget;
+        const std::string text = message_of<std::invalid_argument>([&] { aio_context c(options); });
+        BOOST_TEST(text.find("retry_budget must be between 0 and 1 hour (got " +
+                             std::to_string(budget.count()) + " ms)") != std::string::npos,
+                   text);
+    }
+    context_options options{4, 4096};
+    BOOST_TEST(options.retry_budget.count() == 10'000);  // the default: 10 s
+    options.retry_budget = std::chrono::hours(1);
+    aio_context fine(options);
+    BOOST_TEST(fine.options().retry_budget.count() == 3'600'000);
+}
+
 BOOST_AUTO_TEST_CASE(queue_depth_above_aio_max_nr_is_rejected_not_hung) {
     const unsigned long limit = aio_max_nr();
     BOOST_TEST_REQUIRE(limit > 0u);

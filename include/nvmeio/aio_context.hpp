@@ -74,6 +74,10 @@ class basic_aio_context {
             options.spin > std::chrono::seconds(1))
             detail::throw_invalid("spin must be between 0 and 1 second (got " +
                                   std::to_string(options.spin.count()) + " us)");
+        if (options.retry_budget < std::chrono::milliseconds::zero() ||
+            options.retry_budget > std::chrono::hours(1))
+            detail::throw_invalid("retry_budget must be between 0 and 1 hour (got " +
+                                  std::to_string(options.retry_budget.count()) + " ms)");
         return options;
     }
 

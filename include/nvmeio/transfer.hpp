@@ -105,6 +105,10 @@ struct context_options {
     /// bytes through it (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1+); moved to another thread, it
     /// gets a plain ring there, once (backend/io_uring.hpp). false: a plain ring from the start.
     bool single_issuer = true;
+    /// How long requests the kernel keeps refusing are tried again before the transfer reports
+    /// the refusal: an io_submit answering EAGAIN with nothing in flight, or completions
+    /// answering EAGAIN, EINTR or ECANCELED without a byte of progress (0 to 1 hour).
+    std::chrono::milliseconds retry_budget{std::chrono::seconds(10)};
 };
 
 /// How many threads a parallel context has and what each thread's context looks like.

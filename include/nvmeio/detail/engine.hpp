@@ -67,24 +67,24 @@ struct segment_state {
     std::size_t end_of_data = 0;  // where a read met the end of the file
 };
 
-/// How long a request the kernel keeps refusing is tried again: an io_submit answering EAGAIN
-/// with nothing in flight, or completions answering EAGAIN/EINTR/ECANCELED without progress.
-inline constexpr std::chrono::seconds submit_retry_budget{10};
-
-/// Counts `submit_retry_budget` from the first of a run of "try again" answers.
+/// The time a run of "try again" answers from the kernel may take (context_options::
+/// retry_budget), counted from the first of the run.
 class retry_budget {
   public:
-    /// Progress: the next "try again" starts a new budget.
+    explicit retry_budget(std::chrono::milliseconds limit) noexcept : limit_(limit) {}
+    [[nodiscard]] std::chrono::milliseconds limit() const noexcept { return limit_; }
+    /// Progress: the next "try again" starts a new run.
     void reset() noexcept { deadline_ = {}; }
-    /// Starts the budget on first use; true once it is spent.
-    bool spent() noexcept {
+    /// Counts one more "try again" answer (the first of a run starts the clock); whether the
+    /// request may be tried again.
+    bool try_again() noexcept {
         const auto now = std::chrono::steady_clock::now();
-        if (deadline_ == std::chrono::steady_clock::time_point{})
-            deadline_ = now + submit_retry_budget;
-        return now >= deadline_;
+        if (deadline_ == std::chrono::steady_clock::time_point{}) deadline_ = now + limit_;
+        return now < deadline_;
     }
 
   private:
+    std::chrono::milliseconds limit_;
     std::chrono::steady_clock::time_point deadline_{};
 };
 
@@ -341,9 +341,9 @@ class engine {
         unsigned slot_count;      // requests in flight at most: queue depth, or more pieces
         unsigned whole_held = 0;  // slots held by blocks that stay whole in a cut plan
         unsigned inflight = 0;
-        retry_budget transient{};  // completions answering EAGAIN/EINTR/ECANCELED
-        bool purge = false;        // a segment failed: drop its queued requests first
-        bool lost = false;         // reaping failed: requests in flight cannot be waited for
+        retry_budget transient;  // completions answering EAGAIN/EINTR/ECANCELED
+        bool purge = false;      // a segment failed: drop its queued requests first
+        bool lost = false;       // reaping failed: requests in flight cannot be waited for
         std::uint64_t requests = 0;
         std::uint64_t resubmissions = 0;
     };
@@ -369,7 +369,10 @@ class engine {
               options.spin,
               stage,
               {backend, target, segments, count, state_, options.block_size},
-              options.queue_depth};
+              options.queue_depth,
+              0,
+              0,
+              retry_budget{options.retry_budget}};
         job_ = &j;
         struct forget {  // job_ never outlives the run, however it ends
             job*& current;
@@ -559,7 +562,7 @@ class engine {
         job& j = *job_;
         transfer_perf* const perf = j.perf;
         std::size_t sent = 0;
-        retry_budget backoff;
+        retry_budget backoff{j.transient.limit()};  // io_submit's refusals
         while (!j.lost) {
             if (j.purge) drop_failed_pending(sent);
             if (sent >= pending_.size()) break;
@@ -590,7 +593,7 @@ class engine {
                     reap(1);
                     continue;
                 }
-                if (!backoff.spent()) {
+                if (backoff.try_again()) {
                     const timespec pause{0, 100'000};
                     ::nanosleep(&pause, nullptr);
                     continue;
@@ -689,7 +692,7 @@ class engine {
         if (c.result == -EINTR || c.result == -EAGAIN || c.result == -ECANCELED) {
             // Transient (nvmeio never cancels, so ECANCELED comes from a signal storm): ask again
             // for the same range, within the retry budget.
-            if (j.transient.spent())
+            if (!j.transient.try_again())
                 return give_up(static_cast<int>(-c.result), " (refused again and again)");
             pending_.push_back(request_for(id));
             ++j.resubmissions;

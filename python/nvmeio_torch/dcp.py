@@ -109,7 +109,9 @@ _metadata = importlib.import_module(_dcp.__name__ + ".metadata")
 _SUFFIX = ".distcp"
 _DATA_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
 _METADATA = ".metadata"
+_METADATA_TEMPORARY = re.compile(r"^\.\.metadata\.[0-9a-f]{12}\.tmp$")  # atomic_file's
 _ARCHIVE = "archive"  # the folder torch.save names records in when writing to a stream
+_BUFFERED = 256 << 20  # a load's buffered records (slices not read in place) held at once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,9 +161,13 @@ class FileSystemWriter(_storage.StorageWriter):
     and the folder before the rank's write returns (as torch's, default True); without it a
     power loss may leave ``.metadata`` pointing at data not on the disk. ``overwrite``: as torch
     >= 2.4's, default True; False refuses a folder that holds a ``.metadata``
-    (``FileExistsError``). ``thread_count`` and ``per_thread_copy_ahead`` are torch's and taken
-    for its callers: nvmeio moves a rank's bytes with its handle's workers. ``handle``: the
-    ``aio_handle`` that moves them (default: ``make_handle()``, one per writer).
+    (``FileExistsError``). ``per_thread_copy_ahead``: as torch's, about the bytes of copies
+    (GPU tensors copied to the CPU, views cloned out of larger storages) held before they are
+    written; tensors that need no copy are written in one batch whatever their size.
+    ``thread_count`` and ``cache_staged_state_dict`` are torch's and taken for its callers, not
+    used: nvmeio moves a rank's bytes with its handle's workers, and stages nothing itself.
+    ``handle``: the ``aio_handle`` that moves them (default: ``make_handle()``, one per
+    writer).
     """
 
     def __init__(self, path, single_file_per_rank=True, sync_files=True, thread_count=1,
@@ -175,10 +181,14 @@ class FileSystemWriter(_storage.StorageWriter):
             raise ValueError(f"nvmeio_torch.dcp.FileSystemWriter: thread_count must be a "
                              f"positive int, not {thread_count!r}")
         self.thread_count = thread_count
+        if not isinstance(per_thread_copy_ahead, int) or per_thread_copy_ahead < 0:
+            raise ValueError(f"nvmeio_torch.dcp.FileSystemWriter: per_thread_copy_ahead must be "
+                             f"a number of bytes (an int >= 0), not {per_thread_copy_ahead!r}")
         self.per_thread_copy_ahead = per_thread_copy_ahead
         self.overwrite = bool(overwrite)
         self._handle = handle
         self.is_coordinator = False
+        self._stale = set()  # the coordinator's: what finish removes after the commit
 
     # torch >= 2: the checkpoint may be named at each save.
     def reset(self, checkpoint_id=None):
@@ -200,17 +210,22 @@ class FileSystemWriter(_storage.StorageWriter):
         self.set_up_storage_writer(is_coordinator)
 
     def prepare_local_plan(self, plan):
+        self.path.mkdir(parents=True, exist_ok=True)  # on every rank: a folder per node too
         return plan
 
     def prepare_global_plan(self, plans):
-        """On the coordinator: makes the folder, refuses an existing checkpoint without
-        ``overwrite``, and names each rank's files past every data file the folder holds."""
+        """On the coordinator: refuses an existing checkpoint without ``overwrite``, names each
+        rank's files past every data file the folder holds, and notes those files (and any
+        temporary a killed save left) for ``finish`` to remove once the new checkpoint is
+        committed. Files that appear later (a save still running beside this one) are left."""
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.overwrite and (self.path / _METADATA).exists():
             raise FileExistsError(errno.EEXIST, "nvmeio_torch.dcp.FileSystemWriter: the folder "
                                   "holds a checkpoint and overwrite=False",
                                   str(self.path / _METADATA))
-        used = [int(m.group(2)) for m in map(_DATA_FILE.match, os.listdir(self.path)) if m]
+        listing = os.listdir(self.path)
+        self._stale = {e for e in listing if _DATA_FILE.match(e) or _METADATA_TEMPORARY.match(e)}
+        used = [int(m.group(2)) for m in map(_DATA_FILE.match, listing) if m]
         first = max(used) + 1 if used else 0
         return [dataclasses.replace(plan, storage_data=_FilePlan(f"__{rank}_", first))
                 for rank, plan in enumerate(plans)]
@@ -234,29 +249,15 @@ class FileSystemWriter(_storage.StorageWriter):
     def _write_file(self, name, items, planner):
         """Writes `items` to the new file `name`, each record at the next multiple of 4096: the
         tensors' data and the objects' bytes in one batch, the pickles, headers and central
-        directories in one more; flushed when sync_files."""
+        directories in one more; in several such pairs where the tensors copied to be saved
+        (GPU tensors, views of larger storages) pass ``per_thread_copy_ahead`` bytes, so that
+        the copies held at once stay near it. Flushed when sync_files."""
         path = self.path / name
-        placed, raw, results = [], [], []
-        end = 0
-        for item in items:
-            data = planner.resolve_data(item)
-            start = align_up(end)
-            if item.type == _planner.WriteItemType.BYTE_IO:
-                data = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
-                raw.append((start, data))
-                length = len(data)
-            else:
-                archive = checkpoint._archive(_trimmed(data), _ARCHIVE)
-                placed.append((archive, start))
-                length = archive.length
-            results.append(_storage.WriteResult(index=item.index, size_in_bytes=length,
-                                                storage_data=_StorageInfo(name, start, length)))
-            end = start + length
         # Made here (a name no other save uses), then moved by the handle, which opens it
         # with O_DIRECT; this process holds no other descriptor on it while the bytes move.
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
         try:
-            checkpoint._write_archives(placed, str(path), self._handle, raw)
+            results = self._write_records(str(path), name, items, planner)
             if self.sync_files:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                 try:
@@ -271,10 +272,37 @@ class FileSystemWriter(_storage.StorageWriter):
             raise
         return results
 
+    def _write_records(self, path, name, items, planner):
+        placed, raw, results = [], [], []
+        end = copied = 0
+        for item in items:
+            data = planner.resolve_data(item)
+            start = align_up(end)
+            if item.type == _planner.WriteItemType.BYTE_IO:
+                data = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
+                raw.append((start, data))
+                length = len(data)
+            else:
+                tensor = _trimmed(data)
+                if tensor.data_ptr() != data.data_ptr() or tensor.device != data.device:
+                    copied += tensor.numel() * tensor.element_size()
+                archive = checkpoint._archive(tensor, _ARCHIVE)
+                placed.append((archive, start))
+                length = archive.length
+            results.append(_storage.WriteResult(index=item.index, size_in_bytes=length,
+                                                storage_data=_StorageInfo(name, start, length)))
+            end = start + length
+            if copied >= self.per_thread_copy_ahead:
+                checkpoint._write_archives(placed, path, self._handle, raw)
+                placed, raw, copied = [], [], 0
+        if placed or raw:
+            checkpoint._write_archives(placed, path, self._handle, raw)
+        return results
+
     def finish(self, metadata, results):
         """On the coordinator, once every rank's files are durable: writes ``.metadata``
-        atomically, then removes the data files it does not name (an older checkpoint's, or a
-        failed save's)."""
+        atomically, then removes the files noted at planning that it does not name (an older
+        checkpoint's, a failed or killed save's)."""
         storage = {}
         for rank_results in results:
             storage.update({r.index: r.storage_data for r in rank_results})
@@ -285,12 +313,12 @@ class FileSystemWriter(_storage.StorageWriter):
             with open(temporary, "wb") as f:
                 pickle.dump(metadata, f)
         named = {info.relative_path for info in storage.values()}
-        for entry in os.listdir(self.path):
-            if _DATA_FILE.match(entry) and entry not in named:
-                try:
-                    os.unlink(self.path / entry)
-                except FileNotFoundError:
-                    pass
+        for entry in sorted(self._stale - named):
+            try:
+                os.unlink(self.path / entry)
+            except FileNotFoundError:
+                pass
+        self._stale = set()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,35 +334,39 @@ def _narrowed(tensor, offsets, lengths):
 class _Record:
     """One tensor record of a data file: the tensor it holds, built over a buffer not yet read
     (``buffer``, the storage's bytes, read only where a slice cannot go straight), and where
-    that storage's bytes lie in the file (``data_offset``)."""
+    that storage's bytes lie in the file (``data_offset``). A record that is not a torch.save
+    archive of one tensor, or whose parts overlap, raises ValueError naming the file and the
+    record's offset."""
 
     def __init__(self, fd, path, info):
         base = info.offset
-        pickle_entry, _, data_entries, _, _ = checkpoint._directory(fd, path, info.length, base)
+        where = f"{path} (the record of {info.length} bytes at offset {base})"
+        pickle_entry, _, data_entries, _, span_ends = checkpoint._directory(
+            fd, where, info.length, base)
         self.storages = []
+
+        def data_offset(e):  # relative to the record, checked against the next part's start
+            header = _zip._pread_exact(fd, _zip.LOCAL_HEADER_SIZE, base + e.header_offset, where)
+            start = _zip.local_data_offset(header, e.header_offset, where, e.name)
+            if start + e.size > span_ends[id(e)]:
+                raise ValueError(f"{where}: record {e.name!r} (data at {start}, {e.size} bytes) "
+                                 "overlaps the next record or the central directory")
+            return start
 
         def storage_of(e, nbytes, location):
             buffer = torch.empty(nbytes, dtype=torch.uint8)
-            self.storages.append((buffer, base + self._data_offset(fd, path, base, e)))
+            self.storages.append((buffer, base + data_offset(e)))
             return checkpoint._untyped_of(buffer)
 
-        pickled = self._bytes(fd, path, base, pickle_entry)
-        persistent_load = checkpoint._persistent_loader(path, data_entries, "data/", storage_of)
-        tensor = checkpoint._Unpickler(io.BytesIO(pickled), path, True, persistent_load).load()
+        pickled = _zip._pread_exact(fd, pickle_entry.size, base + data_offset(pickle_entry),
+                                    where)
+        persistent_load = checkpoint._persistent_loader(where, data_entries, "data/", storage_of)
+        tensor = checkpoint._Unpickler(io.BytesIO(pickled), where, True, persistent_load).load()
         if not isinstance(tensor, torch.Tensor) or len(self.storages) != 1:
-            raise ValueError(f"{path}: the record at offset {base} is not one tensor")
+            raise ValueError(f"{where}: not a record of one tensor")
         self.tensor = tensor
         self.buffer, self.data_offset = self.storages[0]
         self.needed = False
-
-    @staticmethod
-    def _data_offset(fd, path, base, e):
-        header = _zip._pread_exact(fd, _zip.LOCAL_HEADER_SIZE, base + e.header_offset, path)
-        return _zip.local_data_offset(header, e.header_offset, path, e.name)
-
-    @classmethod
-    def _bytes(cls, fd, path, base, e):
-        return _zip._pread_exact(fd, e.size, base + cls._data_offset(fd, path, base, e), path)
 
 
 class FileSystemReader(_storage.StorageReader):
@@ -358,8 +390,16 @@ class FileSystemReader(_storage.StorageReader):
         return _is_folder_name(checkpoint_id)
 
     def read_metadata(self, *args, **kwargs):
-        with open(self.path / _METADATA, "rb") as f:
-            return pickle.load(f)
+        path = self.path / _METADATA
+        with open(path, "rb") as f:
+            try:
+                metadata = pickle.load(f)
+            except (pickle.UnpicklingError, EOFError, AttributeError, ImportError,
+                    IndexError, TypeError, ValueError) as error:
+                raise ValueError(f"{path}: not a checkpoint's metadata ({error!r})") from error
+        if not isinstance(metadata, _metadata.Metadata):
+            raise ValueError(f"{path}: holds a {type(metadata).__name__}, not DCP's Metadata")
+        return metadata
 
     def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
         self.storage_data = metadata.storage_data
@@ -391,18 +431,35 @@ class FileSystemReader(_storage.StorageReader):
         return _done(None)
 
     def _read_file(self, path, items, planner):
-        """Every item of one file in one batch of reads, then the copies DCP asks for."""
+        """The items of one file in batches of reads, each followed by the copies DCP asks
+        for: one batch, unless the records read into buffers (those not going straight into
+        their destinations) pass _BUFFERED bytes, so that the buffers held at once stay near
+        it."""
         from ._files import open_regular
         from ._staged import _bytes_view
 
-        reads, after = [], []
-        records = {}
+        reads, after, records = [], [], {}
+        buffered = 0
+
+        def flush():
+            if reads:
+                self._handle.sync_pread_batch([t for t, _ in reads], path, [o for _, o in reads])
+            for step in after:
+                step()
+            reads.clear()
+            after.clear()
+            records.clear()
+
         with open(open_regular(path), "rb") as f:
             fd = f.fileno()
             for info, item in items:
+                if buffered >= _BUFFERED:
+                    flush()
+                    buffered = 0
                 if item.type == _planner.LoadItemType.BYTE_IO:
                     buffer = torch.empty(info.length, dtype=torch.uint8)
                     reads.append((buffer, info.offset))
+                    buffered += info.length
                     after.append(lambda item=item, buffer=buffer: planner.load_bytes(
                         item, io.BytesIO(buffer.numpy().tobytes())))
                     continue
@@ -426,12 +483,10 @@ class FileSystemReader(_storage.StorageReader):
                 if not record.needed and record.buffer.numel():
                     record.needed = True
                     reads.append((record.buffer, record.data_offset))
+                    buffered += record.buffer.numel()
 
                 def copy(item=item, target=target, source=source):
                     target.copy_(source)
                     planner.commit_tensor(item, target)
                 after.append(copy)
-        if reads:
-            self._handle.sync_pread_batch([t for t, _ in reads], path, [o for _, o in reads])
-        for step in after:
-            step()
+        flush()

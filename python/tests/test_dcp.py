@@ -3,8 +3,10 @@
 Distributed jobs run on gloo in spawned processes (dcp_jobs.py): a save at world size 2 with
 nvmeio's writer and torch's, each loaded with the other's reader at world sizes 1, 2 and 3."""
 
+import errno
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -155,6 +157,111 @@ def test_a_truncated_data_file_raises_naming_it(workdir):
     assert isinstance(error, (OSError, ValueError)) and "__0_0.distcp" in str(error), error
 
 
+class _Spy:
+    """A handle that records each batch it is given: (method, data pointers, offsets)."""
+
+    def __init__(self):
+        self.handle = ndcp.make_handle()
+        self.calls = []
+
+    def __getattr__(self, name):
+        method = getattr(self.handle, name)
+        if not name.endswith("_batch"):
+            return method
+
+        def spy(tensors, path, offsets):
+            self.calls.append((name, [t.data_ptr() for t in tensors], list(offsets)))
+            return method(tensors, path, offsets)
+        return spy
+
+
+def test_a_commit_that_fails_leaves_the_old_checkpoint_and_its_files(workdir, monkeypatch):
+    _save({"w": torch.full((300, 100), 1.0), "step": 1}, workdir)
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EIO, "rename refused (injected)", args[0])
+    monkeypatch.setattr(os, "rename", refuse)  # .metadata's rename: the commit
+    with pytest.raises(tdcp.CheckpointException):
+        _save({"w": torch.full((300, 100), 2.0), "step": 2}, workdir)
+    monkeypatch.undo()
+    assert sorted(os.listdir(workdir)) == [".metadata", "__0_0.distcp", "__0_1.distcp"]
+    for reader in (ndcp.FileSystemReader, tdcp.FileSystemReader):
+        loaded = _load(workdir, reader)
+        assert loaded["step"] == 1 and torch.equal(loaded["w"], torch.full((300, 100), 1.0))
+    _save({"w": torch.full((300, 100), 3.0), "step": 3}, workdir)  # clears both
+    assert sorted(os.listdir(workdir)) == [".metadata", "__0_2.distcp"]
+
+
+def test_files_that_appear_after_planning_are_left_to_their_own_save(workdir):
+    _save({"w": torch.ones(300, 100), "step": 1}, workdir)
+    writer = ndcp.FileSystemWriter(workdir)
+    write_data = writer.write_data
+
+    def with_another_save_running(plan, planner):
+        open(os.path.join(workdir, "__0_9.distcp"), "wb").close()  # that save's, in flight
+        return write_data(plan, planner)
+    writer.write_data = with_another_save_running
+    tdcp.save_state_dict({"w": torch.zeros(300, 100), "step": 2}, writer, no_dist=True)
+    assert sorted(os.listdir(workdir)) == [".metadata", "__0_1.distcp", "__0_9.distcp"]
+    assert _load(workdir)["step"] == 2
+
+
+def test_whole_records_are_read_straight_into_their_destinations(workdir):
+    w = torch.arange(300 * 100, dtype=torch.float32).reshape(300, 100)
+    _save({"w": w, "step": 1}, workdir)
+    for target, straight in ((torch.zeros(300, 100), True), (torch.zeros(100, 300).t(), False)):
+        spy = _Spy()
+        loaded = {"w": target, "step": None}
+        tdcp.load_state_dict(loaded, ndcp.FileSystemReader(workdir, handle=spy), no_dist=True)
+        assert torch.equal(loaded["w"], w)
+        (name, pointers, _), = spy.calls
+        assert (target.data_ptr() in pointers) == straight, (target.stride(), pointers)
+
+
+def test_copies_are_written_in_batches_of_per_thread_copy_ahead_and_trimmed(workdir):
+    rows = torch.arange(3 * 4096, dtype=torch.float32).reshape(3, 4096)
+    state = {f"row{i}": rows[i] for i in range(3)}  # views of a larger storage: cloned to save
+    for ahead, batches in ((0, 3), (10_000_000, 1)):
+        spy = _Spy()
+        _save(state, workdir, per_thread_copy_ahead=ahead, handle=spy)
+        assert sum(name == "async_pwrite_batch" for name, _, _ in spy.calls) == batches, ahead
+        loaded = {f"row{i}": torch.zeros(4096) for i in range(3)}
+        tdcp.load_state_dict(loaded, tdcp.FileSystemReader(workdir), no_dist=True)
+        assert all(torch.equal(loaded[f"row{i}"], rows[i]) for i in range(3))
+    metadata = ndcp.FileSystemReader(workdir).read_metadata()
+    assert all(info.length < rows.numel() * 4 for info in metadata.storage_data.values())
+
+
+def test_without_sync_files_a_checkpoint_still_loads(workdir):
+    _save({"w": torch.ones(300, 100), "step": 1}, workdir, sync_files=False)
+    assert _load(workdir, tdcp.FileSystemReader)["step"] == 1
+
+
+def test_a_garbage_metadata_file_raises_naming_it(workdir):
+    with open(os.path.join(workdir, ".metadata"), "wb") as f:
+        f.write(b"not a pickle")
+    with pytest.raises(ValueError, match=r"\.metadata: not a checkpoint's metadata"):
+        ndcp.FileSystemReader(workdir).read_metadata()
+
+
+def test_a_record_whose_header_points_past_its_data_raises(workdir):
+    _save({"w": torch.ones(300, 100), "step": 1}, workdir)
+    metadata = ndcp.FileSystemReader(workdir).read_metadata()
+    (info,) = [i for k, i in metadata.storage_data.items() if k.fqn == "w"]
+    path = os.path.join(workdir, info.relative_path)
+    with open(path, "r+b") as f:
+        _, _, data, _, _ = checkpoint._directory(f.fileno(), path, info.length, info.offset)
+        (entry,) = data.values()
+        at = info.offset + entry.header_offset + 28  # the local header's extra field length
+        extra = int.from_bytes(os.pread(f.fileno(), 2, at), "little")
+        os.pwrite(f.fileno(), (extra + 8).to_bytes(2, "little"), at)
+    with pytest.raises(tdcp.CheckpointException) as raised:
+        _load(workdir)
+    (error, _), = raised.value.failures.values()
+    assert isinstance(error, ValueError) and f"at offset {info.offset}" in str(error), error
+    assert "overlaps" in str(error), error
+
+
 def test_a_save_killed_at_random_points_leaves_the_old_checkpoint_or_the_new_one(workdir):
     """A process saves versions n, n + 1... over one folder and is killed (SIGKILL) at a random
     moment; the folder must load, whole, as the version being saved or the one before it, with
@@ -169,7 +276,7 @@ def test_a_save_killed_at_random_points_leaves_the_old_checkpoint_or_the_new_one
                                   str(start)], stdout=subprocess.PIPE, env=environment)
         # The first round waits for a whole checkpoint (its second save started).
         until = start + (1 if round == 0 else rng.randrange(2))
-        while int(child.stdout.readline()) < until:
+        while int(_line_within(child, 120)) < until:
             pass
         try:
             child.wait(timeout=rng.uniform(0, 0.15))
@@ -188,6 +295,14 @@ def test_a_save_killed_at_random_points_leaves_the_old_checkpoint_or_the_new_one
     assert len(set(loaded_versions)) > 1, loaded_versions
 
 
+def _line_within(child, seconds):
+    """The child's next line, or a failure (not a hang) when none comes in time."""
+    if not select.select([child.stdout], [], [], seconds)[0]:
+        child.kill()
+        pytest.fail(f"the saving process printed nothing for {seconds} s")
+    return child.stdout.readline()
+
+
 def _load_version(folder, reader):
     """Loads the killed saver's folder; checks every item against the version its object
     names, and returns that version."""
@@ -196,7 +311,7 @@ def _load_version(folder, reader):
     loaded.update({name: torch.zeros(size) for name, (size, _) in dcp_jobs.SHARDED.items()})
     loaded["padding"] = torch.zeros(1 << 20, dtype=torch.int64)
     tdcp.load_state_dict(loaded, reader(folder), no_dist=True)
-    version = loaded.pop("object")["step"] - 1000
+    version = loaded.pop("object")[0] - 1000
     padding = loaded.pop("padding")
     dcp_jobs.check(loaded, seed=version, where=f"version {version} through {reader.__module__}")
     assert torch.equal(padding, torch.full((1 << 20,), version)), version

@@ -44,6 +44,7 @@ def rank_main(rank, method, op, folder, size, hidden, threads, rendezvous, out):
     import torch.distributed as dist
 
     import nvmeio_torch.dcp as ndcp  # first: it makes torch 1.13's DCP importable on 3.11
+    from nvmeio_torch._files import make_handle
     from torch.distributed._shard import sharded_tensor
     from torch.distributed._shard.sharding_spec import ChunkShardingSpec
     from torch_checkpoint_compare import gpt_shapes
@@ -61,7 +62,7 @@ def rank_main(rank, method, op, folder, size, hidden, threads, rendezvous, out):
         nbytes += n
     if method.startswith("nvmeio"):
         # nvmeio_1: each rank's handle with one worker (the default takes one per CPU, up to 4)
-        handle = ndcp.make_handle(intra_op_parallelism=1) if method == "nvmeio_1" else None
+        handle = make_handle(intra_op_parallelism=1) if method == "nvmeio_1" else None
         writer = ndcp.FileSystemWriter(folder, handle=handle)
         reader = ndcp.FileSystemReader(folder, handle=handle)
     else:

@@ -109,6 +109,46 @@ def make_handle(block_size=1 << 20, queue_depth=32, intra_op_parallelism=None, b
     return _C.aio_handle(backend=backend or "libaio", **settings)
 
 
+def handle_or_default(handle):
+    """The caller's handle, or ``make_handle()`` when it gave none."""
+    return handle if handle is not None else make_handle()
+
+
+class draining:
+    """Leaves a handle with nothing pending however a block ends: mark ``pending`` once it
+    queues an asynchronous request. On a normal exit the handle is waited for (its I/O error
+    raised); on an exception too, its own error dropped, so that the one that stopped the block
+    goes on."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.pending = False
+
+    def __enter__(self):
+        return self
+
+    def wait(self):
+        """Waits for what is pending now, raising its error."""
+        self.pending = False
+        self.handle.wait()
+
+    def drop(self):
+        """Waits for what is pending now, if anything, dropping its error."""
+        if self.pending:
+            try:
+                self.wait()
+            except OSError:
+                pass
+
+    def __exit__(self, kind, error, trace):
+        if kind is None:
+            if self.pending:
+                self.wait()
+        else:
+            self.drop()
+        return False
+
+
 def cpus(most=None):
     """The CPUs this process may run on (its affinity, where the OS says), at most ``most``."""
     try:

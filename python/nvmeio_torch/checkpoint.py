@@ -138,15 +138,14 @@ def save(obj, path, *, durable=True, handle=None):
     cannot be pickled (before any file is made), OSError with errno and ``path`` as its filename
     (the temporary as filename2) for I/O failures; ``path`` is then left as it was.
     """
-    from ._files import atomic_file, make_handle
+    from ._files import atomic_file, handle_or_default
 
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"nvmeio_torch.save: path must be a file name, not {type(path).__name__}"
                         " (torch.save writes to file objects)")
     path = os.fsdecode(os.fspath(path))
     archive = _archive(obj, _archive_name(path))
-    if handle is None:
-        handle = make_handle()
+    handle = handle_or_default(handle)
 
     try:
         with atomic_file(path, durable=durable) as temporary:
@@ -233,24 +232,20 @@ def _write_through_rings(data, temporary):
 def _write_data(data, temporary, handle, raw=()):
     """The storages' bytes, `data` being (record, bytes, file offset), and `raw` ((bytes,
     file offset)) in one asynchronous batch while the storages' CRC-32s are computed."""
-    from ._files import cpus
+    from ._files import cpus, draining
 
     writes = [(t, offset) for r, t, offset in data if r.size] + list(raw)
-    pending = False
-    try:
+    with draining(handle) as queue:
         if writes:
             handle.async_pwrite_batch([t for t, _ in writes], temporary,
                                       [offset for _, offset in writes])
-            pending = True
+            queue.pending = True
         # The CRCs are computed while the data is written.
         with ThreadPoolExecutor(max_workers=cpus()) as executor:  # the CPUs it may run on
             crcs = _zip.crc32_pieces(executor)
             indices = [crcs.add(t.numpy()) for _, t, _ in data]
             for (r, _, _), index in zip(data, indices):
                 r.crc = crcs.result(index)
-    finally:
-        if pending:
-            handle.wait()
 
 
 def _metadata_pieces(archive, base):
@@ -576,7 +571,7 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
     Raises OSError (errno, path) for I/O failures and ValueError naming the file for a
     malformed archive.
     """
-    from ._files import make_handle, open_regular, populating
+    from ._files import handle_or_default, open_regular, populating
 
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"nvmeio_torch.load: path must be a file name, not {type(path).__name__}"
@@ -624,8 +619,7 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
 
     small_arena = _C.aligned_tensor(sum(_zip.align_up(e - s) for s, e in small_intervals))
     small_placed = place(small_intervals, small_arena)
-    if handle is None:
-        handle = make_handle()
+    handle = handle_or_default(handle)
     handle.sync_pread_batch(buffers, path, file_offsets)
 
     def record_bytes(e, placed, array):

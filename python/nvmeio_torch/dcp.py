@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 
 from . import checkpoint, _zip
-from ._files import align_up, atomic_file, make_handle, sync_folder
+from ._files import align_up, atomic_file, handle_or_default, sync_folder
 
 __all__ = ["FileSystemWriter", "FileSystemReader"]
 
@@ -236,8 +236,7 @@ class FileSystemWriter(_storage.StorageWriter):
             groups = [plan.items]
         else:
             groups = [[item] for item in plan.items]
-        if self._handle is None:
-            self._handle = make_handle()
+        self._handle = handle_or_default(self._handle)
         results = []
         for k, items in enumerate(groups):
             name = f"{files.prefix}{files.first + k}{_SUFFIX}"
@@ -423,8 +422,7 @@ class FileSystemReader(_storage.StorageReader):
             if info is None:
                 raise ValueError(f"{self.path / _METADATA}: no storage for {item.storage_index}")
             per_file.setdefault(info.relative_path, []).append((info, item))
-        if self._handle is None:
-            self._handle = make_handle()
+        self._handle = handle_or_default(self._handle)
         for name, items in per_file.items():
             self._read_file(str(self.path / name), sorted(items, key=lambda x: x[0].offset),
                             planner)

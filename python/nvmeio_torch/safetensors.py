@@ -35,7 +35,7 @@ import torch
 
 from . import _C, _staged
 from ._files import ALIGN as _ALIGN, align_down as _align_down, align_up as _align_up, \
-    atomic_file, make_handle, open_regular, populating
+    atomic_file, draining, handle_or_default, open_regular, populating
 
 __all__ = ["SafetensorError", "load_file", "load_files", "safe_open", "save_file", "stream"]
 
@@ -309,7 +309,7 @@ def save_file(tensors, filename, metadata=None, *, durable=True, handle=None):
         if tensor.numel():
             buffers.append(_bytes_of(tensor))
             offsets.append(len(header) + offset)
-    handle = handle if handle is not None else make_handle()
+    handle = handle_or_default(handle)
     with atomic_file(filename, durable=durable) as temporary:
         handle.sync_pwrite_batch(buffers, temporary, offsets)
 
@@ -398,7 +398,7 @@ def _load(headers, device, handle):
     if device.type != "cpu":
         loaded = dict(_to_device(headers, device))
         return {name: loaded[name] for header in headers for name in header.entries}
-    handle = handle if handle is not None else make_handle()
+    handle = handle_or_default(handle)
     arenas = []
     for header in headers:
         if header.file_size == header.data_start:
@@ -406,22 +406,12 @@ def _load(headers, device, handle):
             continue
         start, stop = _span(header, header.data_start, header.file_size)
         arenas.append((_C.aligned_tensor(stop - start), start))
-    with populating([arena for arena, _ in arenas], handle.get_intra_op_parallelism()):
-        pending = False
-        try:
-            for header, (arena, start) in zip(headers, arenas):
-                if arena is not None:
-                    handle.async_pread_batch([arena], header.path, [start])
-                    pending = True
-        except BaseException:
-            if pending:  # leave the caller's handle with nothing pending
-                try:
-                    handle.wait()
-                except OSError:
-                    pass
-            raise
-        if pending:
-            handle.wait()
+    with populating([arena for arena, _ in arenas], handle.get_intra_op_parallelism()), \
+            draining(handle) as queue:
+        for header, (arena, start) in zip(headers, arenas):
+            if arena is not None:
+                handle.async_pread_batch([arena], header.path, [start])
+                queue.pending = True
     tensors = {}
     for header, (arena, start) in zip(headers, arenas):
         _check_unchanged(header)
@@ -487,8 +477,7 @@ class safe_open:
         """File bytes [begin, end) as (arena, file offset of the arena's first byte)."""
         start, stop = _span(header, begin, end)
         arena = _C.aligned_tensor(stop - start)
-        if self._handle is None:
-            self._handle = make_handle()
+        self._handle = handle_or_default(self._handle)
         with populating([arena], self._handle.get_intra_op_parallelism()):
             self._handle.sync_pread_batch([arena], header.path, [start])
         _check_unchanged(header)
@@ -837,12 +826,24 @@ class _ArenaPool:
             self.owned = 0
 
 
+class _Held:
+    """A chunk of a stream read or being read: its index, its arena (None for a chunk with no
+    bytes) and whether its bytes have arrived."""
+
+    __slots__ = ("index", "arena", "arrived")
+
+    def __init__(self, index, arena, arrived):
+        self.index = index
+        self.arena = arena
+        self.arrived = arrived
+
+
 def _stream(chunks, max_bytes, device, handle, observe):
-    handle = handle if handle is not None else make_handle()
+    handle = handle_or_default(handle)
     pool = _ArenaPool(max_bytes, _chunk_target(max_bytes))
-    held = []  # [chunk index, arena or None, read done] of chunks read or in flight
+    held = []  # _Held of the chunks read or in flight, in order
     submitted = 0
-    in_flight = False
+    queue = draining(handle)  # whether a read is in flight
 
     def note(event, **info):
         if observe is not None:
@@ -850,7 +851,6 @@ def _stream(chunks, max_bytes, device, handle, observe):
 
     def submit(i):
         """Starts chunk i's read; False when the cap leaves no room for its arena now."""
-        nonlocal in_flight
         chunk = chunks[i]
         arena = None
         if chunk.start is not None:
@@ -859,34 +859,34 @@ def _stream(chunks, max_bytes, device, handle, observe):
                 return False
             handle.async_pread_batch([arena.tensor[:chunk.stop - chunk.start]],
                                      chunk.header.path, [chunk.start])
-            in_flight = True
-        held.append([i, arena, arena is None])
+            queue.pending = True
+        held.append(_Held(i, arena, arena is None))
         note("submit", chunk=i, bytes=0 if arena is None else arena.nbytes,
              fresh=arena is not None and not arena.reused)
         return True
 
     try:
         for i, chunk in enumerate(chunks):
-            while held and held[0][0] < i:
-                released, arena, _ = held.pop(0)
-                if arena is not None:
-                    pool.release(arena)
-                note("release", chunk=released)
+            while held and held[0].index < i:
+                released = held.pop(0)
+                if released.arena is not None:
+                    pool.release(released.arena)
+                note("release", chunk=released.index)
+            released = None
             if submitted == i:
                 if not submit(i):
                     raise AssertionError("stream: no room for the chunk being read")
                 submitted += 1
-            if not held[0][2]:
-                handle.wait()
-                in_flight = False
+            if not held[0].arrived:
+                queue.wait()
                 for state in held:
-                    state[2] = True
+                    state.arrived = True
                 note("wait", chunk=i)
             _check_unchanged(chunk.header)
             # One chunk ahead: the wait for it then waits for nothing else (wait() takes all).
             if submitted == i + 1 < len(chunks) and submit(i + 1):
                 submitted += 1
-            arena = held[0][1]
+            arena = held[0].arena
             data = None if arena is None else pool.tensor_over(arena, chunk.stop - chunk.start)
             for entry in chunk.entries:
                 tensor = _view(chunk.header, entry, data, chunk.start)
@@ -897,19 +897,16 @@ def _stream(chunks, max_bytes, device, handle, observe):
             # Drop this frame's references, so a consumed chunk lives only in what the caller kept.
             arena = data = tensor = None
         while held:
-            released, arena, _ = held.pop(0)
-            if arena is not None:
-                pool.release(arena)
-            note("release", chunk=released)
+            released = held.pop(0)
+            if released.arena is not None:
+                pool.release(released.arena)
+            note("release", chunk=released.index)
+        released = None
         arena = None
         pool.close()
         note("close")
     except BaseException:
-        if in_flight:
-            try:
-                handle.wait()
-            except OSError:
-                pass  # a read nobody will use; the error that stopped the stream goes on
+        queue.drop()  # a read nobody will use; the error that stopped the stream goes on
         raise
     finally:
         pool.close()

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 import nvmeio_torch.dcp as ndcp  # before torch's DCP: it makes torch 1.13's importable on 3.11
+from nvmeio_torch._files import make_handle  # noqa: E402
 
 tdcp = ndcp._dcp
 from torch.distributed._shard import sharded_tensor  # noqa: E402 (after the import above)
@@ -123,7 +124,7 @@ class WatchingHandle:
     files it holds open."""
 
     def __init__(self):
-        self.handle = ndcp.make_handle()
+        self.handle = make_handle()
         self.seen = []
 
     def __getattr__(self, name):
@@ -142,7 +143,7 @@ class FailingHandle:
             def fail(*args):
                 raise OSError(5, "Input/output error (injected)", args[1])
             return fail
-        return getattr(ndcp.make_handle(), name)
+        return getattr(make_handle(), name)
 
 
 def _join(rank, world, rendezvous):

@@ -20,6 +20,7 @@ if not torch.distributed.is_available():
 ndcp = pytest.importorskip("nvmeio_torch.dcp")
 import dcp_jobs  # noqa: E402 (after the skips)
 from nvmeio_torch import _zip, checkpoint  # noqa: E402
+from nvmeio_torch._files import make_handle  # noqa: E402
 
 tdcp = ndcp._dcp
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -161,7 +162,7 @@ class _Spy:
     """A handle that records each batch it is given: (method, data pointers, offsets)."""
 
     def __init__(self):
-        self.handle = ndcp.make_handle()
+        self.handle = make_handle()
         self.calls = []
 
     def __getattr__(self, name):

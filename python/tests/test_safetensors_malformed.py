@@ -12,6 +12,7 @@ import torch
 import spec_safetensors as spec
 
 st = pytest.importorskip("nvmeio_torch.safetensors")
+from nvmeio_torch import _files  # noqa: E402
 
 F32_8 = spec.tensor_bytes(torch.arange(8, dtype=torch.float32))  # 32 bytes
 
@@ -155,7 +156,7 @@ def test_random_corruptions_raise_or_load_what_an_independent_reader_reads(workd
     rng = random.Random(33)
     clean = spec.build(CLEAN, metadata={"k": "v"})
     path = os.path.join(workdir, "fuzz.safetensors")
-    handle = st.make_handle()
+    handle = _files.make_handle()
     outcomes = {"raised": 0, "loaded": 0}
     for _ in range(500):
         spec.write(path, corrupt(clean, rng))

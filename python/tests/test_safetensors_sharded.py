@@ -15,6 +15,7 @@ import torch
 import spec_safetensors as spec
 
 st = pytest.importorskip("nvmeio_torch.safetensors")
+from nvmeio_torch import _files  # noqa: E402
 
 
 def make_model(directory, shards=3, layers=4, width=64, seed=0):
@@ -66,7 +67,7 @@ def test_a_shard_gone_before_its_read_leaves_the_handle_with_nothing_pending(wor
     tensors, index = make_model(workdir)
     headers = st._gather(index)  # headers read, then a shard goes before the data is read
     os.remove(headers[2].path)
-    handle = st.make_handle()
+    handle = _files.make_handle()
     with pytest.raises(FileNotFoundError):
         st._load(headers, torch.device("cpu"), handle)
     assert handle.wait() == 0
@@ -213,6 +214,7 @@ def test_stream_stopped_early_leaves_no_read_behind(workdir):
 PEAK = textwrap.dedent("""
     import sys, torch
     import nvmeio_torch.safetensors as st
+    from nvmeio_torch import _files
 
     def rss(field):
         with open("/proc/self/status") as f:
@@ -226,7 +228,7 @@ PEAK = textwrap.dedent("""
         return rss("VmRSS:")
 
     path, cap = sys.argv[1], int(sys.argv[2])
-    handle = st.make_handle()
+    handle = _files.make_handle()
     before = reset_peak()
     tensors = st.load_file(path, handle=handle)
     total = sum(t.numel() * t.element_size() for t in tensors.values())

@@ -149,6 +149,56 @@ class draining:
         return False
 
 
+class spans:
+    """File ranges to be read into one arena of aligned memory that the caller's tensors then
+    view: each range widened to ALIGN (clipped at the file's end, so that it reads with
+    O_DIRECT) and merged with those it meets; the intervals laid one after another in the arena,
+    each at an aligned offset. ``read_spans`` reads them."""
+
+    def __init__(self, path, ranges, file_size):
+        self.path = path
+        merged = []
+        for start, end in sorted(ranges):
+            start, end = align_down(start), min(align_up(end), file_size)
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        self.intervals, at = [], 0  # (file start, file end, arena offset)
+        for start, end in merged:
+            self.intervals.append((start, end, at))
+            at += align_up(end - start)
+        # Up to the last interval's end (which may be the file's, off ALIGN), not past it.
+        last = self.intervals[-1] if self.intervals else (0, 0, 0)
+        self.arena = _C.aligned_tensor(max(1, last[2] + last[1] - last[0]))
+
+    def requests(self):
+        """The reads: ([arena pieces], [file offsets])."""
+        return ([self.arena[at:at + end - start] for start, end, at in self.intervals],
+                [start for start, _, _ in self.intervals])
+
+    def offset_of(self, begin, end):
+        """Where file bytes [begin, end) lie in the arena, or None where no interval holds
+        them all."""
+        for start, stop, at in self.intervals:
+            if start <= begin and end <= stop:
+                return at + begin - start
+        return None
+
+
+def read_spans(handle, reads):
+    """Reads every ``spans`` of ``reads`` (their arenas brought into use by helper threads
+    meanwhile), all in flight at once; returns when every byte has arrived, or raises the
+    first I/O error with nothing left pending."""
+    with populating([r.arena for r in reads], handle.get_intra_op_parallelism()), \
+            draining(handle) as queue:
+        for r in reads:
+            buffers, offsets = r.requests()
+            if buffers:
+                handle.async_pread_batch(buffers, r.path, offsets)
+                queue.pending = True
+
+
 def cpus(most=None):
     """The CPUs this process may run on (its affinity, where the OS says), at most ``most``."""
     try:

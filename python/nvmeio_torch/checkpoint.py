@@ -19,7 +19,6 @@ arena of aligned memory (aligned supersets of the records' ranges); the storages
 out. Unpickling is restricted to weights by default.
 """
 
-import bisect
 import inspect
 import io
 import os
@@ -381,20 +380,6 @@ def _spans(entries, directory_offset):
     return ends
 
 
-def _intervals(ranges, file_size):
-    """The union of [align_down(start), align_up(end)) over ranges, clipped at the file's end,
-    as sorted disjoint (start, end) intervals."""
-    merged = []
-    for start, end in sorted(ranges):
-        start = _zip.align_down(start)
-        end = min(_zip.align_up(end), file_size)
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return merged
-
-
 def _directory(fd, path, size, base=0):
     """The records of the torch.save archive `size` bytes long at `base` of the file open at
     `fd`, checked: (the pickle's entry, the byte order's or None, {storage key: entry}, the
@@ -497,34 +482,26 @@ def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, fil
     callable one is asked with an empty storage, once per storage) and its record is read
     straight into it through the staging ring of its device (``_staged``), the CPU's with the
     first; host memory stays at the rings'."""
-    from . import _C, _staged
+    from . import _staged
+    from ._files import read_spans, spans
 
     # The data records' local headers, for where each one's data starts.
-    headers = _intervals([(e.header_offset, e.header_offset + _zip.LOCAL_HEADER_SIZE)
-                          for e in data_entries.values()], file_size)
-    arena = _C.aligned_tensor(max(1, sum(_zip.align_up(e - s) for s, e in headers)))
-    buffers, offsets, at = [], [], 0
-    for start, end in headers:
-        buffers.append(arena[at:at + end - start])
-        offsets.append(start)
-        at += _zip.align_up(end - start)
-    handle.sync_pread_batch(buffers, path, offsets)
-    starts = [start for start, _ in headers]
+    headers = spans(path, [(e.header_offset, e.header_offset + _zip.LOCAL_HEADER_SIZE)
+                           for e in data_entries.values()], file_size)
+    read_spans(handle, [headers])
+    array = headers.arena.numpy()
 
     def data_offset(e):
-        k = bisect.bisect_right(starts, e.header_offset) - 1
-        if k >= 0 and e.header_offset + _zip.LOCAL_HEADER_SIZE <= headers[k][1]:
-            start = headers[k][0]
-            array = buffers[k].numpy()
-            data = _zip.local_data_offset(
-                array[e.header_offset - start:e.header_offset - start + _zip.LOCAL_HEADER_SIZE],
-                e.header_offset, path, e.name)
-            if data + e.size > span_ends[id(e)]:
-                raise ValueError(f"{path}: record {e.name!r} (data at {data}, {e.size} "
-                                 "bytes) overlaps the next record or the central directory")
-            return data
-        raise ValueError(f"{path}: record {e.name!r} has its local header at "
-                         f"{e.header_offset}, past the end of the file")
+        at = headers.offset_of(e.header_offset, e.header_offset + _zip.LOCAL_HEADER_SIZE)
+        if at is None:
+            raise ValueError(f"{path}: record {e.name!r} has its local header at "
+                             f"{e.header_offset}, past the end of the file")
+        data = _zip.local_data_offset(array[at:at + _zip.LOCAL_HEADER_SIZE], e.header_offset,
+                                      path, e.name)
+        if data + e.size > span_ends[id(e)]:
+            raise ValueError(f"{path}: record {e.name!r} (data at {data}, {e.size} "
+                             "bytes) overlaps the next record or the central directory")
+        return data
 
     items = []
 
@@ -571,7 +548,7 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
     Raises OSError (errno, path) for I/O failures and ValueError naming the file for a
     malformed archive.
     """
-    from ._files import handle_or_default, open_regular, populating
+    from ._files import handle_or_default, open_regular, read_spans, spans
 
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"nvmeio_torch.load: path must be a file name, not {type(path).__name__}"
@@ -596,71 +573,45 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
         pickle_entry, byteorder, data_entries, data_prefix, span_ends = _directory(
             f.fileno(), path, file_size)
 
-    # The pickle's (and byte order's) extents into a small buffer; then, for storages that stay
-    # on the CPU, every data record's extent into an arena.
-    small = [pickle_entry] + ([byteorder] if byteorder else [])
-    small_intervals = _intervals([(e.header_offset, span_ends[id(e)]) for e in small], file_size)
-    data_intervals = _intervals([(e.header_offset, span_ends[id(e)])
-                                 for e in data_entries.values()], file_size)
-    buffers, file_offsets = [], []
-
-    def place(intervals, arena):
-        """Requests reading the intervals into arena, one after another at aligned offsets;
-        returns [(file start, file end, arena offset)]."""
-        placed, at = [], 0
-        for start, end in intervals:
-            buffers.append(arena[at:at + end - start])
-            file_offsets.append(start)
-            placed.append((start, end, at))
-            at += _zip.align_up(end - start)
-        return placed
-
-    from . import _C
-
-    small_arena = _C.aligned_tensor(sum(_zip.align_up(e - s) for s, e in small_intervals))
-    small_placed = place(small_intervals, small_arena)
+    # The pickle's (and byte order's) extents into a small arena; then, for storages that stay
+    # on the CPU, every data record's extent into one arena the storages view.
     handle = handle_or_default(handle)
-    handle.sync_pread_batch(buffers, path, file_offsets)
+    small_entries = [pickle_entry] + ([byteorder] if byteorder else [])
+    small = spans(path, [(e.header_offset, span_ends[id(e)]) for e in small_entries], file_size)
+    read_spans(handle, [small])
 
-    def record_bytes(e, placed, array):
-        """e's data as a view of array, the buffer its extent was read into at placed."""
-        for start, end, at in placed:
-            if start <= e.header_offset and e.header_offset + _zip.LOCAL_HEADER_SIZE <= end:
-                base = at - start
-                data = _zip.local_data_offset(
-                    array[base + e.header_offset:base + e.header_offset + _zip.LOCAL_HEADER_SIZE],
-                    e.header_offset, path, e.name)
-                if data + e.size > min(span_ends[id(e)], end):
-                    raise ValueError(f"{path}: record {e.name!r} (data at {data}, {e.size} "
-                                     "bytes) overlaps the next record or the central directory")
-                return array[base + data:base + data + e.size]
-        raise ValueError(f"{path}: record {e.name!r} has its local header at "
-                         f"{e.header_offset}, past the end of the file")
+    def record_bytes(e, read):
+        """e's data as a view of the arena of `read`, the spans its extent was read into."""
+        array = read.arena.numpy()
+        at = read.offset_of(e.header_offset, e.header_offset + _zip.LOCAL_HEADER_SIZE)
+        if at is None:
+            raise ValueError(f"{path}: record {e.name!r} has its local header at "
+                             f"{e.header_offset}, past the end of the file")
+        data = _zip.local_data_offset(array[at:at + _zip.LOCAL_HEADER_SIZE], e.header_offset,
+                                      path, e.name)
+        if data + e.size > span_ends[id(e)] or read.offset_of(data, data + e.size) is None:
+            raise ValueError(f"{path}: record {e.name!r} (data at {data}, {e.size} "
+                             "bytes) overlaps the next record or the central directory")
+        start = at + data - e.header_offset
+        return array[start:start + e.size]
 
-    small_array = small_arena.numpy()
     if byteorder is not None:
-        order = record_bytes(byteorder, small_placed, small_array).tobytes().decode("ascii",
-                                                                                     "replace")
+        order = record_bytes(byteorder, small).tobytes().decode("ascii", "replace")
         if order != sys.byteorder:
             raise ValueError(f"{path}: saved with {order}-endian data; this machine is "
                              f"{sys.byteorder}-endian")
-    pickled = record_bytes(pickle_entry, small_placed, small_array).tobytes()
-    del small_array, small_arena
+    pickled = record_bytes(pickle_entry, small).tobytes()
+    del small
     if _places_on_gpu(map_location, restore_location, pickled):
         return _load_through_rings(path, pickled, data_entries, data_prefix, span_ends,
                                    file_size, restore_location, weights_only, handle)
 
-    # Every data record's extent into one arena the storages view.
-    buffers.clear()
-    file_offsets.clear()
-    arena = _C.aligned_tensor(max(1, sum(_zip.align_up(e - s) for s, e in data_intervals)))
-    data_placed = place(data_intervals, arena)
-    with populating([arena], handle.get_intra_op_parallelism()):
-        handle.sync_pread_batch(buffers, path, file_offsets)
-    array = arena.numpy()
+    data = spans(path, [(e.header_offset, span_ends[id(e)]) for e in data_entries.values()],
+                 file_size)
+    read_spans(handle, [data])
 
     def storage_of(e, nbytes, location):
-        view = torch.from_numpy(record_bytes(e, data_placed, array)[:nbytes])
+        view = torch.from_numpy(record_bytes(e, data)[:nbytes])
         return restore_location(_untyped_of(view), location)
 
     persistent_load = _persistent_loader(path, data_entries, data_prefix, storage_of)

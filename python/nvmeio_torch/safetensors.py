@@ -35,7 +35,7 @@ import torch
 
 from . import _C, _staged
 from ._files import ALIGN as _ALIGN, align_down as _align_down, align_up as _align_up, \
-    atomic_file, draining, handle_or_default, open_regular, populating
+    atomic_file, draining, handle_or_default, open_regular, read_spans, spans
 
 __all__ = ["SafetensorError", "load_file", "load_files", "safe_open", "save_file", "stream"]
 
@@ -399,19 +399,10 @@ def _load(headers, device, handle):
         loaded = dict(_to_device(headers, device))
         return {name: loaded[name] for header in headers for name in header.entries}
     handle = handle_or_default(handle)
-    arenas = []
-    for header in headers:
-        if header.file_size == header.data_start:
-            arenas.append((None, 0))
-            continue
-        start, stop = _span(header, header.data_start, header.file_size)
-        arenas.append((_C.aligned_tensor(stop - start), start))
-    with populating([arena for arena, _ in arenas], handle.get_intra_op_parallelism()), \
-            draining(handle) as queue:
-        for header, (arena, start) in zip(headers, arenas):
-            if arena is not None:
-                handle.async_pread_batch([arena], header.path, [start])
-                queue.pending = True
+    reads = [spans(header.path, [(header.data_start, header.file_size)], header.file_size)
+             if header.file_size > header.data_start else None for header in headers]
+    read_spans(handle, [r for r in reads if r is not None])
+    arenas = [(None, 0) if r is None else (r.arena, r.intervals[0][0]) for r in reads]
     tensors = {}
     for header, (arena, start) in zip(headers, arenas):
         _check_unchanged(header)
@@ -475,11 +466,10 @@ class safe_open:
 
     def _read(self, header, begin, end):
         """File bytes [begin, end) as (arena, file offset of the arena's first byte)."""
-        start, stop = _span(header, begin, end)
-        arena = _C.aligned_tensor(stop - start)
+        read = spans(header.path, [(begin, end)], header.file_size)
         self._handle = handle_or_default(self._handle)
-        with populating([arena], self._handle.get_intra_op_parallelism()):
-            self._handle.sync_pread_batch([arena], header.path, [start])
+        read_spans(self._handle, [read])
+        arena, start = read.arena, read.intervals[0][0]
         _check_unchanged(header)
         return arena, start
 

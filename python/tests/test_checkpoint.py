@@ -479,19 +479,25 @@ class counting_handle:
             return result
         return call
 
-    def async_pwrite_batch(self, *args):
-        self._write_started = self._counter.count
-        return self._handle.async_pwrite_batch(*args)
+    def _started(self, name):
+        def call(*args):
+            self._started_at = (name, self._counter.count)
+            return getattr(self._handle, name)(*args)
+        return call
 
     def wait(self):
         result = self._handle.wait()
-        # From submitting the data records to their completion (the CRCs run meanwhile).
-        self.counted.append(("async_pwrite_batch..wait", self._counter.count - self._write_started))
+        # From submitting the batch to its completion (a save's CRCs run meanwhile).
+        name, count = self._started_at
+        self.counted.append((name + "..wait", self._counter.count - count))
         return result
 
     def __getattr__(self, name):
-        return self._counted(name) if name in ("sync_pread_batch", "sync_pwrite_batch") \
-            else getattr(self._handle, name)
+        if name in ("sync_pread_batch", "sync_pwrite_batch"):
+            return self._counted(name)
+        if name in ("async_pread_batch", "async_pwrite_batch"):
+            return self._started(name)
+        return getattr(self._handle, name)
 
 
 class counter(threading.Thread):
@@ -528,7 +534,7 @@ def test_the_gil_is_released_during_the_io(workdir):
         for _ in range(5):
             loading = counting_handle(_files.make_handle(), thread)
             result = nvmeio_torch.load(path, handle=loading)
-            loaded = dict(loading.counted)["sync_pread_batch"]
+            loaded = dict(loading.counted)["async_pread_batch..wait"]
             if loaded > 0:
                 break
     finally:

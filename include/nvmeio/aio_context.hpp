@@ -14,9 +14,9 @@
 #include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// A queue of asynchronous requests served by `Backend` (libaio by default).
 ///
@@ -91,5 +91,4 @@ class basic_aio_context {
 /// The common case: native Linux AIO.
 using aio_context = basic_aio_context<libaio_backend>;
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

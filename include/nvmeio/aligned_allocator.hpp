@@ -16,9 +16,9 @@
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/detail/memory_registry.hpp"
 #include "nvmeio/error.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// A standard-conforming allocator whose storage is aligned to `Alignment` bytes, so that a
 /// `std::vector<std::byte, aligned_allocator<std::byte>>` can be handed to an O_DIRECT transfer.
@@ -207,5 +207,4 @@ class aligned_buffer {
     detail::memory_registry* registry_ = nullptr;  // the one it joined (never destroyed)
 };
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -15,8 +15,9 @@
 #include <fstream>
 #include <string>
 
-namespace nvmeio {
-inline namespace v0 {
+#include "nvmeio/version.hpp"
+
+NVMEIO_BEGIN_NAMESPACE
 
 /// True when `align_up(value, alignment)` fits in 64 bits (`alignment` non-zero).
 [[nodiscard]] constexpr bool align_up_fits(std::uint64_t value, std::uint64_t alignment) noexcept {
@@ -167,5 +168,4 @@ inline queue_limits read_queue_limits(dev_t device) {
     return result;
 }
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

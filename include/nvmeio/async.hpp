@@ -23,9 +23,9 @@
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 namespace detail {
 
@@ -241,5 +241,4 @@ template <class Backend>
 transfer_handle async_write(basic_async_context<Backend>&, const file&&, const void*, std::size_t,
                             std::uint64_t, const transfer_config& = {}) = delete;
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

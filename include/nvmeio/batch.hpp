@@ -18,9 +18,9 @@
 #include "nvmeio/file.hpp"
 #include "nvmeio/parallel_context.hpp"
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 namespace detail {
 
@@ -115,5 +115,4 @@ batch_outcome write_batch(Context& context, const file& f,
     return transfer_batch(context, f, operation::write, requests, options, ec);
 }
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

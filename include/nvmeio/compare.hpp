@@ -18,10 +18,11 @@
 #define NVMEIO_DETAIL_COMPARE_USES_XSIMD 0
 #define NVMEIO_DETAIL_SIMD_TAG simd_none
 #include <nvmeio/detail/compare_scalar.hpp>
+
+#include "nvmeio/version.hpp"
 #endif
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// The value first_mismatch() returns, and mismatch_summary holds, when there is no mismatch.
 inline constexpr std::size_t no_mismatch = static_cast<std::size_t>(-1);
@@ -129,5 +130,4 @@ inline constexpr bool simd_enabled = NVMEIO_DETAIL_COMPARE_USES_XSIMD != 0;
 }
 
 }  // namespace NVMEIO_DETAIL_SIMD_TAG
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

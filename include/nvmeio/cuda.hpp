@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "nvmeio/error.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// The driver API functions the engine uses, as a table: `cuda_driver::open()` fills it from
 /// `libcuda.so.1`; tests may fill it with functions of their own.
@@ -325,5 +325,4 @@ class cuda_copy_engine {
     std::byte* memory_ = nullptr;
 };
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

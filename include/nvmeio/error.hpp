@@ -9,8 +9,9 @@
 #include <system_error>
 #include <utility>
 
-namespace nvmeio {
-inline namespace v0 {
+#include "nvmeio/version.hpp"
+
+NVMEIO_BEGIN_NAMESPACE
 
 /// Where an I/O failure happened: what was being done, to which file, and which byte range.
 struct io_failure {
@@ -92,5 +93,4 @@ auto or_report(std::error_code& ec, Call&& call) {
 }
 
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

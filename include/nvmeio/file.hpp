@@ -28,8 +28,7 @@
 #include "nvmeio/error.hpp"
 #include "nvmeio/file_modes.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 class file;
 
@@ -330,8 +329,8 @@ inline io_failure trim_write_padding(const file& f, std::uint64_t padded_end, st
 }
 
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE
 
 #include "nvmeio/detail/file_io.ipp"
 #include "nvmeio/detail/file_open.ipp"
+#include "nvmeio/version.hpp"

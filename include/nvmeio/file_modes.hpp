@@ -3,8 +3,9 @@
 /// How a file is opened (`open_mode`, `direct_io`) and what it turned out to be (`file_kind`):
 /// the words of file.hpp, apart so that they can be read, and named, without the handle.
 
-namespace nvmeio {
-inline namespace v0 {
+#include "nvmeio/version.hpp"
+
+NVMEIO_BEGIN_NAMESPACE
 
 /// What a file is opened for.
 enum class open_mode {
@@ -77,5 +78,4 @@ enum class file_kind {
     return "uncached";
 }
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

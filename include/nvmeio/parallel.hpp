@@ -21,9 +21,9 @@
 #include "nvmeio/parallel_context.hpp"
 #include "nvmeio/strategy.hpp"
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 namespace detail {
 
@@ -83,5 +83,4 @@ struct route<basic_parallel_context<Backend>, file> : file_route {
 };
 
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -12,9 +12,9 @@
 #include "nvmeio/aio_context.hpp"
 #include "nvmeio/detail/worker_pool.hpp"
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// A pool of threads with one `basic_aio_context<Backend>` each, splitting transfers over them
 /// (parallel.hpp, batch.hpp, stripe.hpp).
@@ -92,5 +92,4 @@ class basic_parallel_context {
 /// The common case: native Linux AIO on every thread.
 using parallel_context = basic_parallel_context<libaio_backend>;
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

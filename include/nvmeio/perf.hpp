@@ -9,8 +9,9 @@
 #include <string>
 #include <vector>
 
-namespace nvmeio {
-inline namespace v0 {
+#include "nvmeio/version.hpp"
+
+NVMEIO_BEGIN_NAMESPACE
 
 /// Summary of a set of latency samples, in microseconds.
 struct latency_stats {
@@ -150,5 +151,4 @@ inline std::ostream& operator<<(std::ostream& out, const transfer_perf& p) {
     return print_table(out, {perf_row{"transfer", p}});
 }
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -30,9 +30,9 @@
 #include "nvmeio/staging_ring.hpp"
 #include "nvmeio/strategy.hpp"
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// A staged transfer's I/O failure, and the first range (in the caller's order) it concerns.
 class staged_error : public io_error {
@@ -352,5 +352,4 @@ staged_outcome staged_write(Context& context, staging_ring<CopyEngine>& ring,
     return run.outcome();
 }
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -27,9 +27,9 @@
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// The reference copy engine: memcpy between slots and host addresses, complete at once.
 class host_copy_engine {
@@ -119,5 +119,4 @@ class staging_ring {
     std::atomic<bool> in_use_{false};
 };
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

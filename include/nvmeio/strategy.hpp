@@ -20,9 +20,9 @@
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 template <class Backend>
 class basic_parallel_context;  // parallel_context.hpp
@@ -198,5 +198,4 @@ transfer_result write(Context& context, const Target& target, const_memory memor
                             settings, ec);
 }
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

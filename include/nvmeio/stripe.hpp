@@ -31,9 +31,9 @@
 #include "nvmeio/parallel_context.hpp"
 #include "nvmeio/strategy.hpp"
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// Where a logical byte of a stripe set lives.
 struct stripe_location {
@@ -173,5 +173,4 @@ struct route<basic_parallel_context<Backend>, stripe_set> {
 };
 
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

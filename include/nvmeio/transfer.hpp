@@ -11,9 +11,9 @@
 
 #include "nvmeio/error.hpp"
 #include "nvmeio/perf.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// Read or write.
 enum class operation {
@@ -209,5 +209,4 @@ struct staged_outcome {
     std::size_t copies = 0;  ///< Copies started on the copy engine.
 };
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

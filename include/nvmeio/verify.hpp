@@ -13,9 +13,9 @@
 #include "nvmeio/compare.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// What `verify_read` found.
 struct verify_result {
@@ -93,5 +93,4 @@ inline verify_result verify_into(const std::string& path, const void* buffer, st
     });
 }
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -6,6 +6,7 @@
 #include "nvmeio/backend/io_uring_pagemap.hpp"
 #include "nvmeio/backend/io_uring_registered.hpp"
 #include "nvmeio/backend/io_uring_support.hpp"
+#include "nvmeio/version.hpp"
 
 #include <sys/types.h>
 
@@ -29,8 +30,7 @@
 #include <liburing.h>
 #endif
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 namespace detail {
 
@@ -445,5 +445,4 @@ class io_uring_backend {
 
 #endif  // NVMEIO_HAS_IO_URING
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -11,8 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace nvmeio {
-inline namespace v0 {
+#include "nvmeio/version.hpp"
+
+NVMEIO_BEGIN_NAMESPACE
 namespace detail {
 
 /// Asks the kernel which memory huge pages (transparent or hugetlbfs) back, through
@@ -62,5 +63,4 @@ class pagemap {
 };
 
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

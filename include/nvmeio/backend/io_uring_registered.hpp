@@ -6,6 +6,7 @@
 /// docs/GUARANTEES.md.
 
 #include "nvmeio/backend/io_uring_support.hpp"
+#include "nvmeio/version.hpp"
 
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -28,8 +29,7 @@
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// Where a buffer registered with an io_uring_backend lives; the backend owns the memory.
 struct registered_buffer {
@@ -465,5 +465,4 @@ class ring_files {
 
 #endif  // NVMEIO_HAS_IO_URING
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

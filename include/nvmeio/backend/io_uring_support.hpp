@@ -19,6 +19,7 @@
 
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/error.hpp"
+#include "nvmeio/version.hpp"
 
 #if NVMEIO_HAS_IO_URING
 #include <liburing.h>
@@ -26,8 +27,7 @@
 #include <unistd.h>
 #endif
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// True when this build has `io_uring_backend`.
 inline constexpr bool io_uring_available = NVMEIO_HAS_IO_URING != 0;
@@ -137,5 +137,4 @@ inline int enable_ring(const io_uring& ring) noexcept {
     return io_uring_supported(ignored);
 }
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

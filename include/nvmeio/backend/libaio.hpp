@@ -17,6 +17,7 @@
 #include "nvmeio/backend/request.hpp"
 #include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
+#include "nvmeio/version.hpp"
 
 // Under valgrind memcheck, only its io_getevents wrapper tells it that the kernel wrote the
 // bytes of a read; reaping from the ring in user space would leave them "uninitialised".
@@ -27,8 +28,7 @@
 #define NVMEIO_DETAIL_RUNNING_ON_VALGRIND() false
 #endif
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// The system-wide limit on AIO events (`/proc/sys/fs/aio-max-nr`), or 0 when unreadable.
 [[nodiscard]] inline unsigned long aio_max_nr() {
@@ -212,5 +212,4 @@ class libaio_backend {
     std::vector<iocb*> iocb_pointers_;
 };
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

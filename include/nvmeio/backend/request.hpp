@@ -18,9 +18,9 @@
 #include <cstdint>
 
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 /// One asynchronous request: `length` bytes between `buffer` and `offset` of descriptor `fd`.
 struct io_request {
@@ -47,5 +47,4 @@ struct io_completion {
     std::int64_t result = 0;      ///< Bytes moved (maybe fewer than asked), or `-errno`.
 };
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -7,8 +7,9 @@
 #include <cstdint>
 #include <cstring>
 
-namespace nvmeio {
-inline namespace v0 {
+#include "nvmeio/version.hpp"
+
+NVMEIO_BEGIN_NAMESPACE
 namespace detail {
 namespace scalar {
 
@@ -99,5 +100,4 @@ struct mismatches {
 
 }  // namespace scalar
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "nvmeio/version.hpp"
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 // GCC PR 105593, see detail/simd.hpp
@@ -19,8 +21,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 namespace detail {
 namespace simd {
 
@@ -237,8 +238,7 @@ inline constexpr std::size_t narrow_below = std::size_t{192} << 10;  ///< first 
 
 }  // namespace simd
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

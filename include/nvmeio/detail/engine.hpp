@@ -28,9 +28,9 @@
 #include "nvmeio/file.hpp"
 #include "nvmeio/perf.hpp"
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 namespace detail {
 
 /// One range of a transfer.
@@ -806,5 +806,4 @@ template <class Context>
 using engine_of = engine<typename Context::backend_type>;
 
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -5,7 +5,7 @@
 
 // Included by file.hpp after the class; not meant to be included on its own.
 
-namespace nvmeio {
+NVMEIO_BEGIN_NAMESPACE
 
 inline std::size_t file::read_plain(void* buffer, std::size_t length, std::uint64_t offset,
                                     io_failure& failure) const noexcept {
@@ -233,4 +233,4 @@ inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t
     }
 }
 
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

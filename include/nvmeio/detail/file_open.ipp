@@ -5,7 +5,7 @@
 
 // Included by file.hpp after the class; not meant to be included on its own.
 
-namespace nvmeio {
+NVMEIO_BEGIN_NAMESPACE
 
 namespace detail {
 
@@ -189,4 +189,4 @@ inline std::uint64_t file::size(std::error_code& ec) const noexcept {
     return 0;
 }
 
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -21,9 +21,9 @@
 #include "nvmeio/file.hpp"
 #include "nvmeio/perf.hpp"
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 namespace detail {
 
 // The one precondition check of every transfer front end (the O_DIRECT rules of strategy.hpp).
@@ -202,5 +202,4 @@ inline transfer_perf merged_perf(const std::vector<share>& shares, std::uint64_t
 }
 
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -26,8 +26,9 @@
 #include <mutex>
 #include <vector>
 
-namespace nvmeio {
-inline namespace v0 {
+#include "nvmeio/version.hpp"
+
+NVMEIO_BEGIN_NAMESPACE
 namespace detail {
 
 // What pins registered memory (an io_uring ring). `unpin(id)` is called, with the registry's
@@ -176,5 +177,4 @@ class memory_registry {
 };
 
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -15,8 +15,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace nvmeio {
-inline namespace v0 {
+#include "nvmeio/version.hpp"
+
+NVMEIO_BEGIN_NAMESPACE
 namespace detail {
 
 inline std::atomic<pid_t>& cached_process_id() noexcept {
@@ -108,5 +109,4 @@ class exclusive_use {
 };
 
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nvmeio/version.hpp"
+
 #if !defined(XSIMD_VERSION_MAJOR) || XSIMD_VERSION_MAJOR < 8
 #error "nvmeio needs xsimd 8 or later; define NVMEIO_NO_XSIMD to use the scalar comparator"
 #endif
@@ -52,8 +54,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 namespace detail {
 namespace simd {
 
@@ -187,8 +188,7 @@ using narrow_batch = xsimd::batch<std::uint8_t, xsimd::avx2>;
 
 }  // namespace simd
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

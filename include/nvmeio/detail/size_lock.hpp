@@ -17,8 +17,9 @@
 #include <utility>
 #include <vector>
 
-namespace nvmeio {
-inline namespace v0 {
+#include "nvmeio/version.hpp"
+
+NVMEIO_BEGIN_NAMESPACE
 namespace detail {
 
 class size_lock_registry {
@@ -89,5 +90,4 @@ class size_lock_registry {
 };
 
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

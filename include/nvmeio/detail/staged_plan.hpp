@@ -14,9 +14,9 @@
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/transfer.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 
 namespace detail {
 
@@ -154,5 +154,4 @@ staged_plan plan_staged(operation op, std::size_t file_count,
 
 }  // namespace detail
 
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -22,9 +22,9 @@
 
 #include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
+#include "nvmeio/version.hpp"
 
-namespace nvmeio {
-inline namespace v0 {
+NVMEIO_BEGIN_NAMESPACE
 namespace detail {
 
 template <class Context>
@@ -161,5 +161,4 @@ class completion_latch {
 };
 
 }  // namespace detail
-}  // namespace v0
-}  // namespace nvmeio
+NVMEIO_END_NAMESPACE

@@ -21,9 +21,7 @@ the rounds and ratios taken within each round.
 import argparse
 import json
 import os
-import platform
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -31,7 +29,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "support"))
-from measure import count_arg, drop_caches, median_ratio, size_arg  # noqa: E402
+from measure import count_arg, drop_caches, size_arg  # noqa: E402
+from torch_checkpoint_compare import fio_run, print_table  # noqa: E402 (the same fio, table)
 
 GiB = 1 << 30
 METHODS = ("nvmeio", "nvmeio_1", "torch", "fio")
@@ -89,26 +88,11 @@ def rank_main(rank, method, op, folder, size, hidden, threads, rendezvous, out):
     dist.destroy_process_group()
 
 
-def fio_run(fio, op, folder, size):
-    job = [fio, "--name=checkpoint", f"--directory={folder}", "--numjobs=2",
-           "--group_reporting", f"--rw={'write' if op == 'save' else 'read'}", "--bs=1M",
-           "--iodepth=32", "--ioengine=io_uring", "--direct=1", f"--size={size // 2}",
-           "--output-format=json"]
-    if op == "save":
-        job.append("--end_fsync=1")
-    done = subprocess.run(job, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"dcp_compare: fio failed:\n{done.stderr[-2000:]}")
-    result = json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]
-    side = result["write" if op == "save" else "read"]
-    return {"seconds": side["io_bytes"] / side["bw_bytes"], "bytes": side["io_bytes"]}
-
-
 def run(args, method, op, folder, size):
     start = time.perf_counter()
     if method == "fio":
         os.makedirs(folder, exist_ok=True)
-        result = fio_run(args.fio, op, folder, size)
+        result = fio_run(args.fio, op, folder, size, jobs=WORLD)
     else:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
@@ -184,31 +168,10 @@ def main():
 
 
 def report(args, runs):
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
-                   platform.processor())
     nbytes = runs[0]["bytes"]
     print(f"\ndcp_compare: {nbytes / GiB:.2f} GiB GPT-style state dict in ShardedTensors over "
           f"{WORLD} ranks (hidden {args.hidden}), {args.rounds} rounds, folder {args.folder}")
-    print(f"machine: {cpu}, {os.cpu_count()} CPUs, kernel {platform.release()}; page cache "
-          "dropped before every run; fio: 2 jobs, 1 MiB blocks, io_uring, depth 32, O_DIRECT "
-          "(writes with end_fsync)")
-    print(f"{'op':6}{'method':10}{'GiB/s':>8}{'seconds':>9}{'process s':>11}{'x torch':>9}"
-          f"{'x fio':>8}   per-round x torch / x fio")
-    for op in ("save", "load"):
-        by = {m: {r["round"]: r for r in runs if r["op"] == op and r["method"] == m}
-              for m in args.methods}
-        for m in args.methods:
-            seconds = statistics.median(r["seconds"] for r in by[m].values())
-            process = statistics.median(r["process"] for r in by[m].values())
-            rate = {i: r["bytes"] / r["seconds"] for i, r in by[m].items()}
-            ref = {ref: {i: r["bytes"] / r["seconds"] for i, r in by[ref].items()}
-                   for ref in ("torch", "fio")}
-            per_round = " ".join(f"{rate[i] / ref['torch'][i]:.2f}/{rate[i] / ref['fio'][i]:.2f}"
-                                 for i in sorted(rate))
-            print(f"{op:6}{m:10}{nbytes / GiB / seconds:8.2f}{seconds:9.2f}{process:11.2f}"
-                  f"{median_ratio(rate, ref['torch']):9.2f}{median_ratio(rate, ref['fio']):8.2f}"
-                  f"   {per_round}")
+    print_table(runs, args.methods, f"{WORLD} jobs, 1 MiB blocks")
 
 
 if __name__ == "__main__":

@@ -126,15 +126,19 @@ def check(sd, size, hidden):
             raise SystemExit(f"torch_checkpoint_compare: {name} read back wrong")
 
 
-def fio_run(fio, op, path, size):
-    job = [fio, "--name=checkpoint", f"--filename={path}",
-           f"--rw={'write' if op == 'save' else 'read'}", "--bs=1M", "--iodepth=32",
-           "--ioengine=io_uring", "--direct=1", f"--size={size}", "--output-format=json"]
+def fio_run(fio, op, path, size, jobs=1):
+    """fio writing (save) or reading (load) `size` bytes with O_DIRECT: one file at `path`, or
+    with `jobs` > 1 that many jobs, each with its own file in the folder `path`."""
+    where = [f"--filename={path}"] if jobs == 1 else \
+        [f"--directory={path}", f"--numjobs={jobs}", "--group_reporting"]
+    job = [fio, "--name=checkpoint", *where, f"--rw={'write' if op == 'save' else 'read'}",
+           "--bs=1M", "--iodepth=32", "--ioengine=io_uring", "--direct=1",
+           f"--size={size // jobs}", "--output-format=json"]
     if op == "save":
         job.append("--end_fsync=1")
     done = subprocess.run(job, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"torch_checkpoint_compare: fio failed:\n{done.stderr[-2000:]}")
+        raise SystemExit(f"fio failed:\n{done.stderr[-2000:]}")
     result = json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]
     side = result["write" if op == "save" else "read"]
     return {"seconds": side["io_bytes"] / side["bw_bytes"], "bytes": side["io_bytes"]}
@@ -198,23 +202,30 @@ def main():
 
 
 def report(args, runs):
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
-                   platform.processor())
     nbytes = runs[0]["bytes"]
     print(f"\ntorch_checkpoint_compare: {nbytes / GiB:.2f} GiB GPT-style state dict (hidden "
           f"{args.hidden}, fp16 weights, fp32 norms and biases), {args.rounds} rounds, folder "
           f"{args.folder}")
+    print_table(runs, args.methods, "1 MiB blocks")
+
+
+def print_table(runs, methods, fio_setup):
+    """The machine, then per op and method the median rate and seconds, and the medians of the
+    per-round ratios to torch's and fio's rates (with each round's)."""
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                   platform.processor())
+    nbytes = runs[0]["bytes"]
     print(f"machine: {cpu}, {os.cpu_count()} CPUs, kernel {platform.release()}; page cache "
-          "dropped before every run; fio: 1 MiB blocks, io_uring, depth 32, O_DIRECT "
+          f"dropped before every run; fio: {fio_setup}, io_uring, depth 32, O_DIRECT "
           "(writes with end_fsync)")
-    width = max(9, 1 + max(len(m) for m in args.methods))
+    width = max(9, 1 + max(len(m) for m in methods))
     print(f"{'op':6}{'method':{width}}{'GiB/s':>8}{'seconds':>9}{'process s':>11}"
           f"{'x torch':>9}{'x fio':>8}   per-round x torch / x fio")
     for op in ("save", "load"):
         by = {m: {r["round"]: r for r in runs if r["op"] == op and r["method"] == m}
-              for m in args.methods}
-        for m in (m for m in args.methods if by[m]):
+              for m in methods}
+        for m in (m for m in methods if by[m]):
             seconds = statistics.median(r["seconds"] for r in by[m].values())
             process = statistics.median(r["process"] for r in by[m].values())
             rate = {i: r["bytes"] / r["seconds"] for i, r in by[m].items()}

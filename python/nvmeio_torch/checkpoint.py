@@ -476,6 +476,22 @@ def _places_on_gpu(map_location, restore_location, pickled):
     return b"cuda" in pickled
 
 
+def _data_start(e, read, span_ends, path):
+    """Where record e's data starts in the file, from its local header in the arena of `read`
+    (the spans it was read into). ValueError naming the file where the header is not there or
+    the data runs into the next record or the central directory."""
+    at = read.offset_of(e.header_offset, e.header_offset + _zip.LOCAL_HEADER_SIZE)
+    if at is None:
+        raise ValueError(f"{path}: record {e.name!r} has its local header at "
+                         f"{e.header_offset}, past the end of the file")
+    data = _zip.local_data_offset(read.arena.numpy()[at:at + _zip.LOCAL_HEADER_SIZE],
+                                  e.header_offset, path, e.name)
+    if data + e.size > span_ends[id(e)]:
+        raise ValueError(f"{path}: record {e.name!r} (data at {data}, {e.size} "
+                         "bytes) overlaps the next record or the central directory")
+    return data
+
+
 def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, file_size,
                         restore_location, weights_only, handle):
     """load when storages go to GPUs: each storage is made where map_location puts it (a
@@ -489,19 +505,9 @@ def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, fil
     headers = spans(path, [(e.header_offset, e.header_offset + _zip.LOCAL_HEADER_SIZE)
                            for e in data_entries.values()], file_size)
     read_spans(handle, [headers])
-    array = headers.arena.numpy()
 
     def data_offset(e):
-        at = headers.offset_of(e.header_offset, e.header_offset + _zip.LOCAL_HEADER_SIZE)
-        if at is None:
-            raise ValueError(f"{path}: record {e.name!r} has its local header at "
-                             f"{e.header_offset}, past the end of the file")
-        data = _zip.local_data_offset(array[at:at + _zip.LOCAL_HEADER_SIZE], e.header_offset,
-                                      path, e.name)
-        if data + e.size > span_ends[id(e)]:
-            raise ValueError(f"{path}: record {e.name!r} (data at {data}, {e.size} "
-                             "bytes) overlaps the next record or the central directory")
-        return data
+        return _data_start(e, headers, span_ends, path)
 
     items = []
 
@@ -582,18 +588,9 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
 
     def record_bytes(e, read):
         """e's data as a view of the arena of `read`, the spans its extent was read into."""
-        array = read.arena.numpy()
-        at = read.offset_of(e.header_offset, e.header_offset + _zip.LOCAL_HEADER_SIZE)
-        if at is None:
-            raise ValueError(f"{path}: record {e.name!r} has its local header at "
-                             f"{e.header_offset}, past the end of the file")
-        data = _zip.local_data_offset(array[at:at + _zip.LOCAL_HEADER_SIZE], e.header_offset,
-                                      path, e.name)
-        if data + e.size > span_ends[id(e)] or read.offset_of(data, data + e.size) is None:
-            raise ValueError(f"{path}: record {e.name!r} (data at {data}, {e.size} "
-                             "bytes) overlaps the next record or the central directory")
-        start = at + data - e.header_offset
-        return array[start:start + e.size]
+        data = _data_start(e, read, span_ends, path)
+        at = read.offset_of(data, data + e.size)  # inside e's extent, which was read whole
+        return read.arena.numpy()[at:at + e.size]
 
     if byteorder is not None:
         order = record_bytes(byteorder, small).tobytes().decode("ascii", "replace")

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, _zip
+from . import _torch_zip, _zip
 from ._files import align_up, atomic_file, handle_or_default, sync_folder
 
 __all__ = ["FileSystemWriter", "FileSystemReader"]
@@ -148,7 +148,7 @@ def _trimmed(tensor):
     tensor = tensor.detach()
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
-    if checkpoint._untyped_of(tensor).nbytes() != tensor.numel() * tensor.element_size():
+    if _torch_zip.untyped_of(tensor).nbytes() != tensor.numel() * tensor.element_size():
         tensor = tensor.clone()
     return tensor
 
@@ -285,17 +285,17 @@ class FileSystemWriter(_storage.StorageWriter):
                 tensor = _trimmed(data)
                 if tensor.data_ptr() != data.data_ptr() or tensor.device != data.device:
                     copied += tensor.numel() * tensor.element_size()
-                archive = checkpoint._archive(tensor, _ARCHIVE)
+                archive = _torch_zip.archive(tensor, _ARCHIVE)
                 placed.append((archive, start))
                 length = archive.length
             results.append(_storage.WriteResult(index=item.index, size_in_bytes=length,
                                                 storage_data=_StorageInfo(name, start, length)))
             end = start + length
             if copied >= self.per_thread_copy_ahead:
-                checkpoint._write_archives(placed, path, self._handle, raw)
+                _torch_zip.write_archives(placed, path, self._handle, raw)
                 placed, raw, copied = [], [], 0
         if placed or raw:
-            checkpoint._write_archives(placed, path, self._handle, raw)
+            _torch_zip.write_archives(placed, path, self._handle, raw)
         return results
 
     def finish(self, metadata, results):
@@ -340,7 +340,7 @@ class _Record:
     def __init__(self, fd, path, info):
         base = info.offset
         where = f"{path} (the record of {info.length} bytes at offset {base})"
-        pickle_entry, _, data_entries, _, span_ends = checkpoint._directory(
+        pickle_entry, _, data_entries, _, span_ends = _torch_zip.directory(
             fd, where, info.length, base)
         self.storages = []
 
@@ -355,12 +355,12 @@ class _Record:
         def storage_of(e, nbytes, location):
             buffer = torch.empty(nbytes, dtype=torch.uint8)
             self.storages.append((buffer, base + data_offset(e)))
-            return checkpoint._untyped_of(buffer)
+            return _torch_zip.untyped_of(buffer)
 
         pickled = _zip._pread_exact(fd, pickle_entry.size, base + data_offset(pickle_entry),
                                     where)
-        persistent_load = checkpoint._persistent_loader(where, data_entries, "data/", storage_of)
-        tensor = checkpoint._Unpickler(io.BytesIO(pickled), where, True, persistent_load).load()
+        persistent_load = _torch_zip.persistent_loader(where, data_entries, "data/", storage_of)
+        tensor = _torch_zip.Unpickler(io.BytesIO(pickled), where, True, persistent_load).load()
         if not isinstance(tensor, torch.Tensor) or len(self.storages) != 1:
             raise ValueError(f"{where}: not a record of one tensor")
         self.tensor = tensor

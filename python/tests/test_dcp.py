@@ -19,7 +19,7 @@ if not torch.distributed.is_available():
     pytest.skip("this torch is built without torch.distributed", allow_module_level=True)
 ndcp = pytest.importorskip("nvmeio_torch.dcp")
 import dcp_jobs  # noqa: E402 (after the skips)
-from nvmeio_torch import _zip, checkpoint  # noqa: E402
+from nvmeio_torch import _torch_zip, _zip  # noqa: E402
 from nvmeio_torch._files import make_handle  # noqa: E402
 
 tdcp = ndcp._dcp
@@ -66,7 +66,7 @@ def test_records_and_tensor_data_start_at_4_kib_and_move_with_o_direct(saved):
             continue
         path = os.path.join(folder, "nvmeio", info.relative_path)
         with open(path, "rb") as f:
-            _, _, data, _, _ = checkpoint._directory(f.fileno(), path, info.length, info.offset)
+            _, _, data, _, _ = _torch_zip.directory(f.fileno(), path, info.length, info.offset)
             (entry,) = data.values()
             header = os.pread(f.fileno(), _zip.LOCAL_HEADER_SIZE, info.offset + entry.header_offset)
             start = info.offset + _zip.local_data_offset(header, entry.header_offset, path, "")
@@ -251,7 +251,7 @@ def test_a_record_whose_header_points_past_its_data_raises(workdir):
     (info,) = [i for k, i in metadata.storage_data.items() if k.fqn == "w"]
     path = os.path.join(workdir, info.relative_path)
     with open(path, "r+b") as f:
-        _, _, data, _, _ = checkpoint._directory(f.fileno(), path, info.length, info.offset)
+        _, _, data, _, _ = _torch_zip.directory(f.fileno(), path, info.length, info.offset)
         (entry,) = data.values()
         at = info.offset + entry.header_offset + 28  # the local header's extra field length
         extra = int.from_bytes(os.pread(f.fileno(), 2, at), "little")

@@ -373,16 +373,16 @@ def test_small_loads_start_no_helpers(workdir, monkeypatch):
 def test_the_save_and_the_helpers_use_only_the_cpus_the_process_may_run_on(workdir, monkeypatch):
     # A process pinned to one CPU of many (taskset, a container's cpuset) gets one CRC thread
     # and one helper, not one per CPU of the machine.
-    import nvmeio_torch.checkpoint as checkpoint
+    from nvmeio_torch import _torch_zip
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     pools = []
-    real_pool = checkpoint.ThreadPoolExecutor
+    real_pool = _torch_zip.ThreadPoolExecutor
 
     def recording_pool(max_workers):
         pools.append(max_workers)
         return real_pool(max_workers)
-    monkeypatch.setattr(checkpoint, "ThreadPoolExecutor", recording_pool)
+    monkeypatch.setattr(_torch_zip, "ThreadPoolExecutor", recording_pool)
     state = {"w": random_bytes(40 << 20, seed=5)}
     path = os.path.join(workdir, "state.pt")
     nvmeio_torch.save(state, path)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import random_bytes, write_file
-from nvmeio_torch import _C, _staged, checkpoint, safetensors
+from nvmeio_torch import _C, _staged, _torch_zip, checkpoint, safetensors
 
 CPU = torch.device("cpu")
 
@@ -279,7 +279,7 @@ def test_checkpoint_save_through_the_ring_is_read_by_torch_with_its_crcs(workdir
 
     state = _state(8)
     path = os.path.join(workdir, "ckpt.pt")
-    monkeypatch.setattr(checkpoint, "_through_rings", lambda contents: True)
+    monkeypatch.setattr(_torch_zip, "through_rings", lambda contents: True)
     checkpoint.save(state, path)
     with zipfile.ZipFile(path) as archive:
         assert archive.testzip() is None  # every record's CRC-32 is right

@@ -82,16 +82,16 @@ namespace detail {
 
 // The parallel context of one backend behind a virtual call, so that the backend is a run-time
 // keyword of the Python constructor.
-class engine {
+class mover {
   public:
-    virtual ~engine() = default;
+    virtual ~mover() = default;
     virtual nvmeio::batch_outcome move(request& r, const nvmeio::transfer_config& config) = 0;
 };
 
 template <class Backend>
-class engine_on final : public engine {
+class mover_on final : public mover {
   public:
-    explicit engine_on(const nvmeio::parallel_options& options) : context_(options) {}
+    explicit mover_on(const nvmeio::parallel_options& options) : context_(options) {}
 
     // What happened to each piece: bytes moved (less than its length only for a read meeting
     // the end of the file) or its failure. One aligned tensor goes straight through `transfer`
@@ -119,15 +119,15 @@ class engine_on final : public engine {
     nvmeio::basic_parallel_context<Backend> context_;
 };
 
-inline std::unique_ptr<engine> make_engine(const handle_settings& s) {
+inline std::unique_ptr<mover> make_mover(const handle_settings& s) {
     nvmeio::parallel_options options;
     options.threads = s.intra_op_parallelism;
     options.context.queue_depth = s.queue_depth;
     options.context.block_size = s.block_size;
-    if (s.backend == "libaio") return std::make_unique<engine_on<nvmeio::libaio_backend>>(options);
+    if (s.backend == "libaio") return std::make_unique<mover_on<nvmeio::libaio_backend>>(options);
 #if NVMEIO_HAS_IO_URING
     if (s.backend == "io_uring") {
-        return std::make_unique<engine_on<nvmeio::io_uring_backend>>(options);
+        return std::make_unique<mover_on<nvmeio::io_uring_backend>>(options);
     }
 #endif
     throw_invalid("backend must be 'libaio'" +
@@ -263,7 +263,7 @@ class aio_handle {
   private:
     struct state {
         explicit state(const handle_settings& s)
-            : engine(detail::make_engine(s)),
+            : mover(detail::make_mover(s)),
               config{s.overlap_events ? nvmeio::strategy_kind::overlapped
                                       : nvmeio::strategy_kind::sequential,
                      s.single_submit ? nvmeio::submit_mode::single : nvmeio::submit_mode::block,
@@ -292,7 +292,7 @@ class aio_handle {
         }
 
         void run_one(request& r) {
-            const nvmeio::batch_outcome outcome = engine->move(r, config);
+            const nvmeio::batch_outcome outcome = mover->move(r, config);
             for (std::size_t i = 0; i < outcome.results.size(); ++i) {
                 const nvmeio::batch_result& result = outcome.results[i];
                 const nvmeio::batch_request& p = r.pieces[i];
@@ -333,7 +333,7 @@ class aio_handle {
                                     r.file.path(), p.offset, p.length});
         }
 
-        std::unique_ptr<detail::engine> engine;
+        std::unique_ptr<detail::mover> mover;
         nvmeio::transfer_config config;
         const pid_t creator = ::getpid();
         std::mutex mutex;

@@ -134,6 +134,16 @@ def _checkpoint_path(checkpoint_id):
     return Path(os.fspath(checkpoint_id))
 
 
+def _without_own_handle(storage):
+    """A writer's or reader's state to pickle (torch's async_save may send it to another
+    process): the handle it made for itself is left out, to be made afresh there; a caller's
+    handle is kept, and cannot be pickled."""
+    state = dict(storage.__dict__)
+    if state.get("_own_handle"):
+        state["_handle"] = None
+    return state
+
+
 def _is_folder_name(checkpoint_id):
     return isinstance(checkpoint_id, (str, os.PathLike)) and "://" not in os.fspath(checkpoint_id)
 
@@ -186,7 +196,8 @@ class FileSystemWriter(_storage.StorageWriter):
                              f"a number of bytes (an int >= 0), not {per_thread_copy_ahead!r}")
         self.per_thread_copy_ahead = per_thread_copy_ahead
         self.overwrite = bool(overwrite)
-        self._handle = handle
+        self._handle = handle  # None: made at the first use, and left out of pickles
+        self._own_handle = handle is None
         self.is_coordinator = False
         self._stale = set()  # the coordinator's: what finish removes after the commit
 
@@ -194,6 +205,9 @@ class FileSystemWriter(_storage.StorageWriter):
     def reset(self, checkpoint_id=None):
         if checkpoint_id is not None:
             self.path = _checkpoint_path(checkpoint_id)
+
+    def __getstate__(self):
+        return _without_own_handle(self)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
@@ -377,12 +391,16 @@ class FileSystemReader(_storage.StorageReader):
         super().__init__()
         self.path = _checkpoint_path(path)
         self.storage_data = {}
-        self._handle = handle
+        self._handle = handle  # None: made at the first use, and left out of pickles
+        self._own_handle = handle is None
 
     def reset(self, checkpoint_id=None):
         if checkpoint_id is not None:
             self.path = _checkpoint_path(checkpoint_id)
         self.storage_data = {}
+
+    def __getstate__(self):
+        return _without_own_handle(self)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):

@@ -324,3 +324,22 @@ def _load_version(folder, reader):
                            f"(this is {torch.__version__}, whose DCP has neither)")
 def test_torch_2_dtensors_through_checkpoint_id_and_async_save(workdir):
     spawn(dcp_jobs.dtensor_job, 2, workdir, workdir)
+
+
+def test_a_used_writer_and_reader_pickle_without_their_handles(workdir):
+    """torch's async_save may send the writer to another process."""
+    import pickle
+
+    def load_with(reader):
+        loaded = {"w": torch.zeros(300, 100), "step": None}
+        tdcp.load_state_dict(loaded, reader, no_dist=True)
+        return loaded["step"]
+
+    writer, reader = ndcp.FileSystemWriter(workdir), ndcp.FileSystemReader(workdir)
+    tdcp.save_state_dict({"w": torch.ones(300, 100), "step": 1}, writer, no_dist=True)
+    assert load_with(reader) == 1
+    writer, reader = pickle.loads(pickle.dumps(writer)), pickle.loads(pickle.dumps(reader))
+    tdcp.save_state_dict({"w": torch.ones(300, 100), "step": 2}, writer, no_dist=True)
+    assert load_with(reader) == 2
+    with pytest.raises(TypeError):
+        pickle.dumps(ndcp.FileSystemWriter(workdir, handle=make_handle()))

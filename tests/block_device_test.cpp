@@ -399,7 +399,7 @@ BOOST_AUTO_TEST_CASE(the_cursor_asks_once_per_block_whether_it_stays_whole) {
     const std::size_t m = counting_cursor::m;
     for (const int nth : {1, 2}) {
         for (int again = 0; again < 3; ++again) {  // whole blocks hold the queue: not handed out
-            BOOST_TEST_REQUIRE(!c.cursor.exhausted());
+            BOOST_TEST_REQUIRE(c.cursor.seek_unfinished());
             const auto next = c.cursor.next();
             BOOST_TEST(next.length == 2 * m);  // registered: whole
             BOOST_TEST(next.position == (nth - 1) * 2 * m);
@@ -407,13 +407,13 @@ BOOST_AUTO_TEST_CASE(the_cursor_asks_once_per_block_whether_it_stays_whole) {
         BOOST_TEST(c.backend.asks == nth);
         c.cursor.advance(2 * m);
     }
-    BOOST_TEST(c.cursor.exhausted());
+    BOOST_TEST(!c.cursor.seek_unfinished());
 }
 
 // A new plan makes the block at the next position a new question: its answer was the old plan's.
 BOOST_AUTO_TEST_CASE(a_new_plan_asks_the_waiting_block_again) {
     counting_cursor c;
-    BOOST_TEST_REQUIRE(!c.cursor.exhausted());
+    BOOST_TEST_REQUIRE(c.cursor.seek_unfinished());
     BOOST_TEST(c.cursor.next().length == 2 * counting_cursor::m);
     c.cursor.cut_to(512 * counting_cursor::k);
     BOOST_TEST(c.cursor.next().length == 2 * counting_cursor::m);  // not the plan's 512 KiB

@@ -65,12 +65,12 @@ class file {
     file& operator=(const file&) = delete;
 
     /// Takes over the other handle's descriptor; the other is closed but keeps its path.
-    file(file&& other) noexcept { take(other); }
+    file(file&& other) noexcept { move_from(other); }
     /// Closes this handle's file and takes over the other's (which keeps its path).
     file& operator=(file&& other) noexcept {
         if (this != &other) {
             close_quietly();
-            take(other);
+            move_from(other);
         }
         return *this;
     }
@@ -265,7 +265,7 @@ class file {
     io_failure open_impl(std::string path, open_mode mode, direct_io direct);
     // Whether this process may open a file of `kind` (device `device`); else why not.
     static const char* refusal(file_kind kind, dev_t device) noexcept;
-    void take(file& other) noexcept {
+    void move_from(file& other) noexcept {
         fd_ = std::exchange(other.fd_, -1);
         direct_ = other.direct_;
         rw_flags_ = other.rw_flags_;

@@ -155,12 +155,12 @@ class io_uring_backend {
         if (creator_ != detail::this_process_id()) return -EINVAL;
         if (const int rc = serve_this_thread(); rc < 0) return rc;
         if (min > max) min = max;
-        std::size_t got = take(out, max);
+        std::size_t got = move_ready(out, max);
         if (got == 0 && min == 0 && max > 0 && task_work_flagged()) {
             // A poll: the kernel holds finished requests it posts only when this task enters
             // it (COOP_TASKRUN), so enter once. A wait below enters anyway.
             (void)::io_uring_get_events(&ring_);
-            got = take(out, max);
+            got = move_ready(out, max);
         }
         if (got >= min) return static_cast<int>(got);
         const auto wanted = static_cast<unsigned>(min - got);
@@ -173,7 +173,7 @@ class io_uring_backend {
         } else {
             rc = ::io_uring_submit_and_wait(&ring_, wanted);  // also flushes queued requests
         }
-        got += take(out + got, max - got);
+        got += move_ready(out + got, max - got);
         if (got == 0 && rc < 0) return rc;
         return static_cast<int>(got);
     }
@@ -267,7 +267,7 @@ class io_uring_backend {
         if (buffers_.owned_count() == 0) return {};
         take_to_this_thread("unregister_buffers");
         refuse_while_in_flight("io_uring_unregister_buffers");
-        return buffers_.take();
+        return buffers_.unregister_all();
     }
 
     /// Registers the descriptors of `files` and keeps the files (open) until unregister_files();
@@ -295,7 +295,7 @@ class io_uring_backend {
         if (files_.count() == 0) return {};
         take_to_this_thread("unregister_files");
         refuse_while_in_flight("io_uring_unregister_files");
-        return files_.take(ring_);
+        return files_.unregister_all(ring_);
     }
 
     /// How requests used the registrations so far, and what the ring pinned on its own.
@@ -310,7 +310,7 @@ class io_uring_backend {
         // An SQE holds a 32-bit length; a shorter transfer is a short result the caller
         // already continues from.
         const auto length = static_cast<unsigned>(r.length < max_length ? r.length : max_length);
-        const int buffer_index = buffers_.index_for(r.buffer, length);
+        const int buffer_index = buffers_.pin_or_find(r.buffer, length);
         if (buffer_index >= 0) {
             if (r.op == operation::read) {
                 ::io_uring_prep_read_fixed(sqe, r.fd, r.buffer, length, r.offset, buffer_index);
@@ -405,7 +405,7 @@ class io_uring_backend {
     }
 
     // Moves up to `max` ready completions into `out` without waiting.
-    std::size_t take(io_completion* out, std::size_t max) noexcept {
+    std::size_t move_ready(io_completion* out, std::size_t max) noexcept {
         std::size_t got = 0;
         while (got < max) {
             io_uring_cqe* cqes[64];

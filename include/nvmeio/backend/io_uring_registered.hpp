@@ -82,8 +82,8 @@ class ring_buffers final : public memory_pinner {
     }
 
     // The slot of the registered buffer holding [buffer, buffer + length), or -1; nvmeio's
-    // memory that moves again (moves_again) is pinned here, with the registry's mutex held.
-    int index_for(const void* buffer, std::size_t length) noexcept {
+    // memory that moves again (note_move) is pinned here, with the registry's mutex held.
+    int pin_or_find(const void* buffer, std::size_t length) noexcept {
         const auto begin = reinterpret_cast<std::uintptr_t>(buffer);
         {
             const std::lock_guard<std::mutex> lock(mutex_);
@@ -128,7 +128,7 @@ class ring_buffers final : public memory_pinner {
                 continue;
             }
             if (here) {
-                (void)fill(r->slot, 0, 0);  // refused, it is refilled or dies with the ring
+                (void)set_slot(r->slot, 0, 0);  // refused, it is refilled or dies with the ring
                 free_.push_back(r->slot);
             } else {
                 later_.push_back(r->slot);  // for the ring's thread (let_go)
@@ -182,7 +182,7 @@ class ring_buffers final : public memory_pinner {
         if (owned.empty()) return;
         int error = make_table();
         for (const region& r : owned) {
-            if (error == 0) error = fill(r.slot, r.begin, r.end - r.begin);
+            if (error == 0) error = set_slot(r.slot, r.begin, r.end - r.begin);
             if (error != 0) break;
             free_.erase(std::find(free_.begin(), free_.end(), r.slot));
             regions_.push_back(r);  // still in address order
@@ -214,7 +214,7 @@ class ring_buffers final : public memory_pinner {
         std::vector<region> added;
         for (aligned_buffer& b : buffers) {
             const auto at = reinterpret_cast<std::uintptr_t>(b.data());
-            const int rc = fill(free_.back(), at, b.capacity());
+            const int rc = set_slot(free_.back(), at, b.capacity());
             if (rc != 0) {
                 for (const region& r : added)
                     (void)empty_slot(r.slot);
@@ -231,7 +231,7 @@ class ring_buffers final : public memory_pinner {
 
     // Unregisters the caller's buffers and hands them back (the caller checked that none is in
     // flight).
-    std::vector<aligned_buffer> take() {
+    std::vector<aligned_buffer> unregister_all() {
         const std::lock_guard<std::mutex> lock(mutex_);
         for (auto r = regions_.begin(); r != regions_.end();) {
             if (r->id != 0) {
@@ -285,10 +285,10 @@ class ring_buffers final : public memory_pinner {
         for (const region& held : regions_) {
             if (held.id == r.id && held.begin == from) return true;
         }
-        if (!moves_again(uses, from, begin, length)) return false;
+        if (!note_move(uses, from, begin, length)) return false;
         if (const int rc = make_table(); rc != 0) return refuse(rc);
         if (free_.empty()) return false;
-        if (const int rc = fill(free_.back(), from, to - from); rc != 0) return refuse(rc);
+        if (const int rc = set_slot(free_.back(), from, to - from); rc != 0) return refuse(rc);
         insert({from, to, free_.back(), r.id});
         free_.pop_back();
         ++pinned_;
@@ -332,7 +332,7 @@ class ring_buffers final : public memory_pinner {
 
     // Sets `slot` to [begin, begin + length), or empties it for 0; 0 or the kernel's errno.
     // A signal that interrupts the call (one without SA_RESTART) does not stop it.
-    int fill(unsigned slot, std::uintptr_t begin, std::size_t length) noexcept {
+    int set_slot(unsigned slot, std::uintptr_t begin, std::size_t length) noexcept {
         iovec v{reinterpret_cast<void*>(begin), length};
         int rc;
         do {
@@ -342,7 +342,7 @@ class ring_buffers final : public memory_pinner {
     }
 
     int empty_slot(unsigned slot) noexcept {
-        const int error = fill(slot, 0, 0);
+        const int error = set_slot(slot, 0, 0);
         if (error == 0) free_.push_back(slot);
         return error;
     }
@@ -425,7 +425,7 @@ class ring_files {
 
     // Unregisters the files from `ring` and gives them back, still open (the caller checked
     // that none is in flight). Throws io_error when the kernel refuses.
-    std::vector<file> take(io_uring& ring) {
+    std::vector<file> unregister_all(io_uring& ring) {
         if (files_.empty()) return {};
         const int rc = ::io_uring_unregister_files(&ring);
         if (rc < 0) throw io_error({errno_code(-rc), "io_uring_unregister_files", "", 0, 0});

@@ -166,21 +166,21 @@ class request_cursor {
     // What a block that does not stay whole is cut to (the block size when blocks are not cut).
     [[nodiscard]] std::size_t request_size() const noexcept { return request_size_; }
 
-    // Moves past segments with nothing left to hand out; true when none is left.
-    bool exhausted() {
+    // Moves past segments with nothing left to hand out; false when none is left.
+    bool seek_unfinished() {
         while (next_segment_ < count_ &&
                (segments_[next_segment_].failure || next_position_ >= limit(next_segment_))) {
             ++next_segment_;
             next_position_ = 0;
             asked_ = false;
         }
-        return next_segment_ >= count_;
+        return next_segment_ < count_;
     }
 
-    // The first segment not wholly handed out (after exhausted()).
+    // The first segment not wholly handed out (after seek_unfinished()).
     [[nodiscard]] std::size_t segment_index() const noexcept { return next_segment_; }
 
-    // The next request (call after exhausted() answered false); advance() hands it out. Asked
+    // The next request (call after seek_unfinished() answered true); advance() hands it out. Asked
     // again before that, it is the same request: the block's question is not asked twice.
     request_range next() {
         if (request_size_ < block_size_ && next_position_ % block_size_ == 0 && !asked_) {
@@ -417,11 +417,11 @@ class engine {
 
         if (op == operation::write) reserve_write_runs(target, segments, count);
         while (!j.lost) {
-            if (!drain_before_refill || j.inflight == 0) fill();
+            if (!drain_before_refill || j.inflight == 0) hand_out();
             submit_pending();
             if (j.lost) break;
             if (j.inflight == 0) {
-                if (j.cursor.exhausted()) break;
+                if (!j.cursor.seek_unfinished()) break;
                 continue;
             }
             reap(drain_before_refill ? j.inflight : 1);
@@ -495,9 +495,9 @@ class engine {
 
     // Hands out requests while slots are free. Blocks that stay whole in a cut plan hold at most
     // queue depth slots, as they would uncut; their pieces may take the rest.
-    void fill() {
+    void hand_out() {
         job& j = *job_;
-        while (!free_.empty() && !j.cursor.exhausted()) {
+        while (!free_.empty() && j.cursor.seek_unfinished()) {
             const auto next = j.cursor.next();
             const bool whole = next.length > j.cursor.request_size();
             if (whole && j.whole_held >= j.queue_depth) break;
@@ -608,7 +608,8 @@ class engine {
         pending_.clear();
     }
 
-    int take(std::size_t at_least) {
+    // One reap of at least `at_least` completions (retried on EINTR), each handled.
+    int reap_once(std::size_t at_least) {
         int got;
         do {
             got = job_->backend.reap(completions_.data(), at_least, completions_.size(), nullptr);
@@ -632,7 +633,7 @@ class engine {
             const clock::time_point deadline = clock::now() + spin;
             bool ran_out = false;
             while (min > 0) {
-                const int got = take(0);
+                const int got = reap_once(0);
                 if (got < 0) return lose(got);
                 min -= std::min(min, static_cast<std::size_t>(got));
                 if (min == 0) break;
@@ -646,7 +647,7 @@ class engine {
             if (!ran_out) backoff_.succeeded();
         }
         if (min == 0) return;
-        const int got = take(min);
+        const int got = reap_once(min);
         if (got < 0) lose(got);
     }
 
@@ -655,8 +656,7 @@ class engine {
     void lose(int rc) {
         job& j = *job_;
         j.lost = true;
-        (void)
-            j.cursor.exhausted();  // wholly issued, a segment is finished unless a request is busy
+        (void)j.cursor.seek_unfinished();  // wholly issued, a segment is finished unless busy
         std::vector<bool> unfinished(j.count, false);
         for (std::size_t i = j.cursor.segment_index(); i < j.count; ++i)
             unfinished[i] = true;

@@ -53,12 +53,12 @@ struct piece_use {
     std::uint64_t moved;
 };
 
-// Whether [begin, begin + length) moves memory of the piece at `from` again: it lands in the
-// span moved before (through any ring, so a worker pins what another moved) and the bytes moved
-// cover that span. Notes the move. A buffer used once pins nothing; one used again is pinned on
-// its second pass, when its pages are present and cheap to pin (docs/perf/pin_once.md).
-inline bool moves_again(std::vector<piece_use>& uses, std::uintptr_t from, std::uintptr_t begin,
-                        std::size_t length) {
+// Notes that [begin, begin + length) of the piece at `from` moves, and answers whether it moves
+// again: it lands in the span moved before (through any ring, so a worker pins what another
+// moved) and the bytes moved cover that span. A buffer used once pins nothing; one used again is
+// pinned on its second pass, when its pages are present and cheap to pin (docs/perf/pin_once.md).
+inline bool note_move(std::vector<piece_use>& uses, std::uintptr_t from, std::uintptr_t begin,
+                      std::size_t length) {
     auto u = std::find_if(uses.begin(), uses.end(),
                           [from](const piece_use& x) { return x.begin == from; });
     if (u == uses.end()) u = uses.insert(uses.end(), {from, begin, begin, 0});

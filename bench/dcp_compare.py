@@ -18,7 +18,6 @@ the rounds and ratios taken within each round.
         [--methods nvmeio nvmeio_1 torch fio]
 """
 
-import argparse
 import json
 import os
 import random
@@ -29,8 +28,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "support"))
-from measure import count_arg, drop_caches, size_arg  # noqa: E402
-from torch_checkpoint_compare import fio_run, print_table  # noqa: E402 (the same fio, table)
+from measure import count_arg, drop_caches  # noqa: E402
+from torch_checkpoint_compare import fio_run, options, print_table  # noqa: E402 (shared)
 
 GiB = 1 << 30
 METHODS = ("nvmeio", "nvmeio_1", "torch", "fio")
@@ -128,16 +127,9 @@ def rank_job(argv):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--folder", required=True)
-    p.add_argument("--size", type=size_arg, default="2G", help="bytes of tensors, at least")
-    p.add_argument("--rounds", type=count_arg, default=5)
-    p.add_argument("--hidden", type=count_arg, default=2048)
-    p.add_argument("--build", default=os.path.join(ROOT, "build-test-g++-17"))
-    p.add_argument("--fio", default="/usr/bin/fio")
+    p = options(__doc__)
     p.add_argument("--torch-threads", type=count_arg, default=1,
                    help="thread_count for torch's writer, where its version has one")
-    p.add_argument("--seed", type=int, default=1)
     p.add_argument("--methods", nargs="+", choices=METHODS, default=["nvmeio", "torch", "fio"])
     args = p.parse_args()
     if not {"torch", "fio"} <= set(args.methods) or len(set(args.methods)) != len(args.methods):

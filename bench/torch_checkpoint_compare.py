@@ -162,15 +162,22 @@ def run(args, method, op, path, size):
     return result
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(doc):
+    """The options this benchmark and dcp_compare.py share, on a parser described by `doc`."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--folder", required=True)
-    p.add_argument("--size", type=size_arg, default="2G", help="bytes of tensors, at least (K, M, G)")
+    p.add_argument("--size", type=size_arg, default="2G",
+                   help="bytes of tensors, at least (K, M, G)")
     p.add_argument("--rounds", type=count_arg, default=5)
     p.add_argument("--hidden", type=count_arg, default=2048)
     p.add_argument("--build", default=os.path.join(ROOT, "build-test-g++-17"))
     p.add_argument("--fio", default="/usr/bin/fio")
     p.add_argument("--seed", type=int, default=1)
+    return p
+
+
+def main():
+    p = options(__doc__)
     p.add_argument("--methods", nargs="+", choices=METHODS, default=["nvmeio", "torch", "fio"])
     args = p.parse_args()
     if not {"torch", "fio"} <= set(args.methods):

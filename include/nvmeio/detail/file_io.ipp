@@ -50,8 +50,9 @@ inline bool file::write_plain(const void* buffer, std::size_t length, std::uint6
 }
 
 namespace detail {
-// Bounce buffers for unaligned O_DIRECT ranges are this size (rounded to the file's alignment).
-inline constexpr std::size_t bounce_size = 64 * 1024;
+// file::read_at and write_at bounce unaligned O_DIRECT ranges through a buffer of this size
+// (rounded to the file's alignment); not batch_options::bounce_size, a batch's bound.
+inline constexpr std::size_t sync_bounce_size = 64 * 1024;
 }  // namespace detail
 
 inline std::size_t file::read_at(void* buffer, std::size_t length, std::uint64_t offset,
@@ -67,7 +68,7 @@ inline std::size_t file::read_at(void* buffer, std::size_t length, std::uint64_t
         return read_plain(buffer, length, offset, failure);
     }
     // Unaligned on an O_DIRECT handle: read whole aligned units into a bounce buffer and copy.
-    aligned_buffer bounce(static_cast<std::size_t>(align_up(detail::bounce_size, unit)),
+    aligned_buffer bounce(static_cast<std::size_t>(align_up(detail::sync_bounce_size, unit)),
                           std::max<std::size_t>(unit, 64));
     auto* out = static_cast<std::byte*>(buffer);
     std::size_t done = 0;
@@ -187,7 +188,7 @@ inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t
         return;
     }
     // Unaligned on an O_DIRECT handle: merge the caller's bytes into whole aligned units.
-    aligned_buffer bounce(static_cast<std::size_t>(align_up(detail::bounce_size, unit)),
+    aligned_buffer bounce(static_cast<std::size_t>(align_up(detail::sync_bounce_size, unit)),
                           std::max<std::size_t>(unit, 64));
     const auto* in = static_cast<const std::byte*>(buffer);
     const std::uint64_t end = offset + length;

@@ -274,7 +274,8 @@ class ring_buffers final : public memory_pinner {
         std::uint64_t id;  // the registry's id of pinned memory; 0 for a caller's buffer
     };
 
-    // With mutex_ held: pins the piece of buffer `r` that holds [begin, begin + length).
+    // Called by the memory registry with its own mutex held; takes mutex_. Pins the piece of
+    // buffer `r` that holds [begin, begin + length).
     bool pin(const memory_range& r, std::vector<piece_use>& uses, std::uintptr_t begin,
              std::size_t length) {
         const std::lock_guard<std::mutex> lock(mutex_);

@@ -407,8 +407,10 @@ class FileSystemReader(_storage.StorageReader):
         return _is_folder_name(checkpoint_id)
 
     def read_metadata(self, *args, **kwargs):
+        from ._files import open_regular
+
         path = self.path / _METADATA
-        with open(path, "rb") as f:
+        with open(open_regular(path), "rb") as f:  # a FIFO is refused, not waited on
             try:
                 metadata = pickle.load(f)
             except (pickle.UnpicklingError, EOFError, AttributeError, ImportError,

@@ -246,6 +246,22 @@ def test_a_garbage_metadata_file_raises_naming_it(workdir):
         ndcp.FileSystemReader(workdir).read_metadata()
 
 
+def test_a_fifo_in_place_of_the_metadata_or_a_data_file_raises_and_does_not_hang(workdir):
+    _save({"w": torch.ones(300, 100), "step": 1}, workdir)
+    data = os.path.join(workdir, "__0_0.distcp")
+    os.unlink(data)
+    os.mkfifo(data)
+    with pytest.raises(tdcp.CheckpointException) as raised:
+        _load(workdir)
+    (error, _), = raised.value.failures.values()
+    assert isinstance(error, OSError) and error.errno == errno.EINVAL, error
+    os.unlink(os.path.join(workdir, ".metadata"))
+    os.mkfifo(os.path.join(workdir, ".metadata"))
+    with pytest.raises(OSError) as raised:
+        ndcp.FileSystemReader(workdir).read_metadata()
+    assert raised.value.errno == errno.EINVAL and raised.value.filename.endswith(".metadata")
+
+
 def test_a_record_whose_header_points_past_its_data_raises(workdir):
     _save({"w": torch.ones(300, 100), "step": 1}, workdir)
     metadata = ndcp.FileSystemReader(workdir).read_metadata()

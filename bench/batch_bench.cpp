@@ -80,7 +80,7 @@ std::uint64_t make_tensors(const settings& s, std::vector<aligned_buffer>& tenso
             align_up(static_cast<std::uint64_t>(std::exp(pick(random))), 4096));
         tensors.emplace_back(size);
         sb::fill_pattern(tensors.back().data(), size, offset);
-        requests.push_back({tensors.back().data(), size, offset});
+        requests.push_back({tensors.back(), offset});
         offset += size;
     }
     return offset;
@@ -125,7 +125,7 @@ int run(int argc, char** argv) {
 
     auto one_by_one = [&](operation op) {
         for (const batch_request& r : requests)
-            (void)transfer(context, f, op, r.buffer, r.length, r.offset);
+            (void)transfer(context, f, op, r.memory, r.offset);
     };
     auto batched = [&](operation op) {
         const batch_outcome o = transfer_batch(context, f, op, requests, batch);

@@ -83,7 +83,7 @@ double run_on(const settings& s) {
     sb::fill_pattern(slab.data(), slab.size(), 0);
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < s.blocks; ++i)
-        requests.push_back({slab.data() + skew + i % buffers * block, block, 2 * i * block});
+        requests.push_back({memory(slab).slice(skew + i % buffers * block, block), 2 * i * block});
     basic_aio_context<Backend> context(
         context_options{s.queue_depth, static_cast<std::size_t>(s.request_size)});
     return sb::seconds_of([&] {
@@ -93,7 +93,7 @@ double run_on(const settings& s) {
                 continue;
             }
             for (const batch_request& r : requests)
-                (void)transfer(context, f, s.op, r.buffer, r.length, r.offset);
+                (void)transfer(context, f, s.op, r.memory, r.offset);
         }
     });
 }

@@ -99,7 +99,8 @@ bench::bench_outcome run(const bench::bench_plan& p) {
         out.passes.push_back(runner.run(p.config));
         if (!p.validate || !is_read) continue;
         const nvmeio::verify_result check = nvmeio::verify_read(
-            p.config.path, runner.data(), static_cast<std::size_t>(p.config.size), 0);
+            p.config.path, nvmeio::memory(runner.data(), static_cast<std::size_t>(p.config.size)),
+            0);
         if (!check.equal()) {
             out.validation = "failed: " + std::to_string(check.mismatches.count) +
                              " bytes differ, the first at offset " +

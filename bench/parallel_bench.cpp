@@ -58,7 +58,7 @@ void threads_mode(const std::string& dir, std::size_t size, context_options opti
     std::memset(buffer.data(), 0x5A, size);
     file f(path, open_mode::write);
     aio_context warmup(options);
-    (void)write(warmup, f, buffer.data(), size, 0);  // allocate the blocks once
+    (void)write(warmup, f, buffer, 0);  // allocate the blocks once
     f.sync();
     const unsigned counts[] = {1, 2, 4};
     std::vector<std::unique_ptr<parallel_context>> contexts;
@@ -76,13 +76,11 @@ void threads_mode(const std::string& dir, std::size_t size, context_options opti
     for (unsigned r = 0; r < rounds; ++r) {
         for (std::size_t i = 0; i < contexts.size(); ++i) {
             const std::size_t k = (i + r) % contexts.size();  // rotate who goes first
-            rows[k].write_gbs.push_back(gb_per_s(
-                size,
-                sb::seconds_of([&] { (void)write(*contexts[k], f, buffer.data(), size, 0); })));
+            rows[k].write_gbs.push_back(
+                gb_per_s(size, sb::seconds_of([&] { (void)write(*contexts[k], f, buffer, 0); })));
             before_read();
-            rows[k].read_gbs.push_back(gb_per_s(
-                size,
-                sb::seconds_of([&] { (void)read(*contexts[k], f, buffer.data(), size, 0); })));
+            rows[k].read_gbs.push_back(
+                gb_per_s(size, sb::seconds_of([&] { (void)read(*contexts[k], f, buffer, 0); })));
         }
     }
     print_table("intra-op parallelism: one transfer split over P threads", rows);
@@ -93,10 +91,10 @@ template <class Backend>
 void backend_round(basic_aio_context<Backend>& context, file& f, aligned_buffer& buffer,
                    std::size_t size, series& row) {
     row.write_gbs.push_back(
-        gb_per_s(size, sb::seconds_of([&] { (void)write(context, f, buffer.data(), size, 0); })));
+        gb_per_s(size, sb::seconds_of([&] { (void)write(context, f, buffer, 0); })));
     before_read();
     row.read_gbs.push_back(
-        gb_per_s(size, sb::seconds_of([&] { (void)read(context, f, buffer.data(), size, 0); })));
+        gb_per_s(size, sb::seconds_of([&] { (void)read(context, f, buffer, 0); })));
 }
 
 void backends_mode(const std::string& dir, std::size_t size, context_options options,
@@ -114,7 +112,7 @@ void backends_mode(const std::string& dir, std::size_t size, context_options opt
     file f(path, open_mode::write);
     {
         aio_context warmup(options);
-        (void)write(warmup, f, buffer.data(), size, 0);
+        (void)write(warmup, f, buffer, 0);
         f.sync();
     }
     for (std::size_t block : {options.block_size, std::size_t{64} << 10}) {
@@ -158,8 +156,8 @@ void stripe_mode(const std::string& dir, std::size_t size, context_options optio
     aio_context single_context(options);
     stripe_set set(paths, open_mode::write, stripe_unit);
     file single(single_path, open_mode::write);
-    (void)write(striped_context, set, buffer.data(), size, 0);
-    (void)write(single_context, single, buffer.data(), size, 0);
+    (void)write(striped_context, set, buffer, 0);
+    (void)write(single_context, single, buffer, 0);
     ::sync();
     std::vector<series> rows = {
         {"one file, one thread", {}, {}},
@@ -170,25 +168,17 @@ void stripe_mode(const std::string& dir, std::size_t size, context_options optio
         for (int i = 0; i < 2; ++i) {
             const int k = (i + static_cast<int>(r)) % 2;
             if (k == 0) {
-                rows[0].write_gbs.push_back(gb_per_s(size, sb::seconds_of([&] {
-                                                         (void)write(single_context, single,
-                                                                     buffer.data(), size, 0);
-                                                     })));
+                rows[0].write_gbs.push_back(gb_per_s(
+                    size, sb::seconds_of([&] { (void)write(single_context, single, buffer, 0); })));
                 before_read();
-                rows[0].read_gbs.push_back(gb_per_s(size, sb::seconds_of([&] {
-                                                        (void)read(single_context, single,
-                                                                   buffer.data(), size, 0);
-                                                    })));
+                rows[0].read_gbs.push_back(gb_per_s(
+                    size, sb::seconds_of([&] { (void)read(single_context, single, buffer, 0); })));
             } else {
-                rows[1].write_gbs.push_back(gb_per_s(size, sb::seconds_of([&] {
-                                                         (void)write(striped_context, set,
-                                                                     buffer.data(), size, 0);
-                                                     })));
+                rows[1].write_gbs.push_back(gb_per_s(
+                    size, sb::seconds_of([&] { (void)write(striped_context, set, buffer, 0); })));
                 before_read();
-                rows[1].read_gbs.push_back(gb_per_s(size, sb::seconds_of([&] {
-                                                        (void)read(striped_context, set,
-                                                                   buffer.data(), size, 0);
-                                                    })));
+                rows[1].read_gbs.push_back(gb_per_s(
+                    size, sb::seconds_of([&] { (void)read(striped_context, set, buffer, 0); })));
             }
         }
     }

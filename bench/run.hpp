@@ -88,7 +88,7 @@ inline bool prepare_target(const support::target_info& target, std::uint64_t siz
     for (std::uint64_t at = 0; at < size; at += chunk) {
         const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - at));
         support::fill_pattern(buffer.data(), n, at);
-        (void)nvmeio::write(context, f, buffer.data(), n, at);
+        (void)nvmeio::write(context, f, nvmeio::memory(buffer).first(n), at);
     }
     f.sync();
     return true;
@@ -113,7 +113,7 @@ class runner {
         file f(path, open_mode::read, direct_io::automatic);
         aio_context context({16, std::size_t{1} << 20});
         aligned_buffer& buffer = whole();
-        const transfer_result r = nvmeio::read(context, f, buffer, buffer.size(), 0);
+        const transfer_result r = nvmeio::read(context, f, buffer, 0);
         if (r.bytes < size_) {
             throw std::runtime_error("'" + path + "' is shorter than " + std::to_string(size_) +
                                      " bytes");
@@ -127,7 +127,7 @@ class runner {
         file f(path, open_mode::read_write, direct_io::automatic);
         aio_context context({16, std::size_t{1} << 20});
         aligned_buffer& buffer = whole();
-        (void)nvmeio::write(context, f, buffer, buffer.size(), 0);
+        (void)nvmeio::write(context, f, buffer, 0);
     }
 
     /// One timed pass of `config` (config.size is ignored: the pass moves `size()` bytes). The
@@ -158,8 +158,7 @@ class runner {
         if (config.ring) return run_ring(context, f, config, transfer);
         aligned_buffer& buffer = whole();  // allocated (and touched, unless fresh) untimed
         const support::cpu_times before = support::process_cpu_times();
-        transfer_result r =
-            nvmeio::transfer(context, f, config.op, buffer.data(), buffer.size(), 0, transfer);
+        transfer_result r = nvmeio::transfer(context, f, config.op, buffer, 0, transfer);
         if (config.op == operation::write && !f.is_direct()) {
             const auto flushing = std::chrono::steady_clock::now();
             f.sync();
@@ -192,7 +191,7 @@ class runner {
         for (std::uint64_t at = 0, i = 0; at < size_; at += block, ++i) {
             const auto length =
                 static_cast<std::size_t>(std::min<std::uint64_t>(block, size_ - at));
-            requests_.push_back({ring_.data() + (i % slots) * block, length, at});
+            requests_.push_back({nvmeio::memory(ring_).slice((i % slots) * block, length), at});
         }
         batch_options options;
         options.max_io_size = std::size_t{config.queue_depth} * block;

@@ -83,7 +83,7 @@ bool read_rounds(const settings& s, bool cold, nvmeio::aio_context& context,
             nvmeio::transfer_perf perf;
             if (m.direct) {
                 nvmeio::file in(s.path, nvmeio::open_mode::read, nvmeio::direct_io::on);
-                perf = nvmeio::read(context, in, buffer, size, 0,
+                perf = nvmeio::read(context, in, buffer, 0,
                                     {m.strategy, nvmeio::submit_mode::block, true})
                            .perf;
             } else {
@@ -128,7 +128,7 @@ int run(int argc, char** argv) {
     {
         nvmeio::file out(s.path, nvmeio::open_mode::write, nvmeio::direct_io::on);
         const nvmeio::transfer_result written =
-            nvmeio::write(context, out, buffer, size, 0,
+            nvmeio::write(context, out, buffer, 0,
                           {nvmeio::strategy_kind::overlapped, nvmeio::submit_mode::block, true});
         out.sync();
         rows.push_back({"write overlapped/block (O_DIRECT)", written.perf});

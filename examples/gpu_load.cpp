@@ -80,12 +80,11 @@ std::size_t check_on_device(nvmeio::cuda_copy_engine& engine, const model::model
         const model::tensor_info& t = layout.tensors[i];
         back.resize(static_cast<std::size_t>(t.size));
         if (t.size != 0) engine.copy_back(back.data(), ranges[i].address, back.size());
-        const bool right =
-            layout.pattern_seed
-                ? support::pattern_mismatches(back.data(), back.size(), t.offset,
-                                              *layout.pattern_seed)
-                          .count == 0
-                : nvmeio::verify_read(path, back.data(), back.size(), t.offset).equal();
+        const bool right = layout.pattern_seed
+                               ? support::pattern_mismatches(back.data(), back.size(), t.offset,
+                                                             *layout.pattern_seed)
+                                         .count == 0
+                               : nvmeio::verify_read(path, back, t.offset).equal();
         if (!right) {
             if (wrong == 0) std::cout << "MISMATCH: tensor '" << t.name << "'\n";
             ++wrong;

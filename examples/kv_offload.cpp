@@ -126,6 +126,10 @@ struct kv_cache {
         slot_of.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(blocks));
     }
     [[nodiscard]] std::byte* block(std::size_t i) { return pool.data() + slot_of[i] * slot_bytes; }
+    // Block i's bytes in the pool, as a transfer's memory.
+    [[nodiscard]] nvmeio::mutable_memory block_memory(std::size_t i) {
+        return nvmeio::memory(pool).slice(slot_of[i] * slot_bytes, block_bytes);
+    }
     [[nodiscard]] std::uint64_t offset(std::size_t i) const {
         return static_cast<std::uint64_t>(i) * block_bytes;
     }
@@ -150,7 +154,7 @@ std::vector<nvmeio::batch_request> layer_requests(kv_cache& cache, const plan& p
     std::vector<nvmeio::batch_request> requests;
     for (std::size_t k = 0; k < p.blocks_per_layer(); ++k) {
         const std::size_t i = layer * p.blocks_per_layer() + k;
-        requests.push_back({cache.block(i), cache.block_bytes, cache.offset(i)});
+        requests.push_back({cache.block_memory(i), cache.offset(i)});
     }
     return requests;
 }
@@ -178,8 +182,7 @@ double dump(engines<Backend>& e, kv_cache& cache, const plan& p, method m, nvmei
         const std::vector<nvmeio::batch_request> requests = layer_requests(cache, p, layer);
         if (m == method::per_block) {
             for (const nvmeio::batch_request& r : requests)
-                (void)nvmeio::write(e.context, f, r.buffer, r.length, r.offset,
-                                    p.flags.config(false));
+                (void)nvmeio::write(e.context, f, r.memory, r.offset, p.flags.config(false));
         } else if (m == method::batch) {
             nvmeio::batch_options options;
             options.config = p.flags.config(false);
@@ -189,8 +192,8 @@ double dump(engines<Backend>& e, kv_cache& cache, const plan& p, method m, nvmei
             nvmeio::transfer_handle& slot = pending[layer % 2];
             (void)slot.wait();  // the write two layers back, before its buffer is reused
             gather(cache, p, layer, e.staging[layer % 2].data(), true);
-            slot = nvmeio::async_write(e.async, f, e.staging[layer % 2].data(), p.layer_bytes(),
-                                       layer * p.layer_bytes(), p.flags.config(false));
+            slot = nvmeio::async_write(e.async, f, e.staging[layer % 2], layer * p.layer_bytes(),
+                                       p.flags.config(false));
         }
     }
     for (nvmeio::transfer_handle& h : pending)
@@ -204,9 +207,8 @@ double reload(engines<Backend>& e, kv_cache& cache, const plan& p, method m, nvm
     double computed = 0;
     std::vector<nvmeio::transfer_handle> pending(2);
     const auto prefetch = [&](std::size_t layer) {
-        pending[layer % 2] =
-            nvmeio::async_read(e.async, f, e.staging[layer % 2].data(), p.layer_bytes(),
-                               layer * p.layer_bytes(), p.flags.config(false));
+        pending[layer % 2] = nvmeio::async_read(e.async, f, e.staging[layer % 2],
+                                                layer * p.layer_bytes(), p.flags.config(false));
     };
     if (m == method::async) prefetch(0);
     for (std::size_t layer = 0; layer < p.layers; ++layer) {
@@ -215,8 +217,7 @@ double reload(engines<Backend>& e, kv_cache& cache, const plan& p, method m, nvm
         if (m == method::per_block) {
             for (const nvmeio::batch_request& r : requests)
                 moved +=
-                    nvmeio::read(e.context, f, r.buffer, r.length, r.offset, p.flags.config(false))
-                        .bytes;
+                    nvmeio::read(e.context, f, r.memory, r.offset, p.flags.config(false)).bytes;
         } else if (m == method::batch) {
             nvmeio::batch_options options;
             options.config = p.flags.config(false);
@@ -248,7 +249,7 @@ std::string check_file(const plan& p) {
     }
     std::vector<std::byte> chunk(std::size_t{8} << 20);
     for (std::uint64_t at = 0; at < p.total_bytes();) {
-        const std::size_t got = f.read_at(chunk.data(), chunk.size(), at);
+        const std::size_t got = f.read_at(chunk, at);
         const nvmeio::mismatch_summary m =
             support::pattern_mismatches(chunk.data(), got, at, p.seed);
         if (m.count != 0) return "file byte " + std::to_string(at + m.first) + " is wrong";

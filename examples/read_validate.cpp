@@ -33,14 +33,14 @@ int main(int argc, char** argv) {
             support::with_backend(flags.backend, [&](auto backend) {
                 nvmeio::basic_aio_context<typename decltype(backend)::type> context(
                     flags.context());
-                return nvmeio::read(context, in, buffer.data(), buffer.size(), 0, flags.config());
+                return nvmeio::read(context, in, buffer, 0, flags.config());
             });
         nvmeio::print_table(
             std::cout,
             {{flags.label(in.is_direct() ? "read O_DIRECT" : "read buffered"), result.perf}});
 
         const nvmeio::verify_result check =
-            nvmeio::verify_read(path, buffer.data(), result.bytes, 0);
+            nvmeio::verify_read(path, nvmeio::memory(buffer).first(result.bytes), 0);
         if (result.bytes == size && check.equal()) {
             std::cout << "validated " << size << " bytes: equal to a buffered read\n";
             return 0;

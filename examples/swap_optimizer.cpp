@@ -167,8 +167,7 @@ void reset_files(swap_engine<Backend>& e) {
     for (unsigned i = 0; i < p.partitions; ++i) {
         nvmeio::aligned_buffer& b = e.buffers[0];
         initial_state(p, i, reinterpret_cast<float*>(b.data()));
-        (void)nvmeio::write(e.context, e.files[i % p.files], b.data(), p.partition_bytes(),
-                            p.offset(i), p.flags.config(false));
+        (void)nvmeio::write(e.context, e.files[i % p.files], b, p.offset(i), p.flags.config(false));
     }
     for (nvmeio::file& f : e.files)
         f.sync();
@@ -188,9 +187,8 @@ void swap_step(swap_engine<Backend>& e, unsigned depth, bool update) {
         for (; next_read < p.partitions && next_read <= i + ahead; ++next_read) {
             const unsigned b = next_read % depth;
             (void)writes[b].wait();  // the buffer's previous partition is on disk
-            reads[b] =
-                nvmeio::async_read(e.async, e.files[next_read % p.files], e.buffers[b].data(),
-                                   p.partition_bytes(), p.offset(next_read), config);
+            reads[b] = nvmeio::async_read(e.async, e.files[next_read % p.files], e.buffers[b],
+                                          p.offset(next_read), config);
         }
         const unsigned b = i % depth;
         if (reads[b].wait().bytes != p.partition_bytes()) {
@@ -202,8 +200,8 @@ void swap_step(swap_engine<Backend>& e, unsigned depth, bool update) {
             adam_update(reinterpret_cast<float*>(e.buffers[b].data()), e.gradient.data(),
                         static_cast<std::size_t>(p.elements), p.adam_passes);
         }
-        writes[b] = nvmeio::async_write(e.async, e.files[i % p.files], e.buffers[b].data(),
-                                        p.partition_bytes(), p.offset(i), config);
+        writes[b] =
+            nvmeio::async_write(e.async, e.files[i % p.files], e.buffers[b], p.offset(i), config);
         if (depth == 1) (void)writes[b].wait();
     }
     for (nvmeio::transfer_handle& w : writes)
@@ -223,7 +221,7 @@ std::string check_state(swap_engine<Backend>& e, bool updated, bool in_memory) {
         const std::byte* actual = e.resident.empty() ? got.data() : e.resident[i].data();
         if (!in_memory) {
             nvmeio::file f(p.path(i % p.files), nvmeio::open_mode::read, nvmeio::direct_io::off);
-            if (f.read_at(got.data(), got.size(), p.offset(i)) != got.size())
+            if (f.read_at(got, p.offset(i)) != got.size())
                 return "partition " + std::to_string(i) + " is missing from its swap file";
             actual = got.data();
         }

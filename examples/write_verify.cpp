@@ -50,14 +50,13 @@ int main(int argc, char** argv) {
                                     "; write_verify writes regular files only");
                 }
                 flags.check_against(out);
-                rows.push_back(
-                    {flags.label("write"),
-                     nvmeio::write(context, out, source, length, 0, flags.config()).perf});
+                rows.push_back({flags.label("write"),
+                                nvmeio::write(context, out, source, 0, flags.config()).perf});
                 out.sync();
                 file_size = out.size();
             }
             nvmeio::file in(path, nvmeio::open_mode::read, flags.direct);
-            got = nvmeio::read(context, in, target, length, 0, flags.config());
+            got = nvmeio::read(context, in, target, 0, flags.config());
             rows.push_back({flags.label("read"), got.perf});
         });
         nvmeio::print_table(std::cout, rows);
@@ -65,7 +64,7 @@ int main(int argc, char** argv) {
         const bool size_exact = file_size == size;
         const bool read_exact =
             got.bytes == size && nvmeio::equal(source.data(), target.data(), length);
-        const nvmeio::verify_result on_disk = nvmeio::verify_read(path, source.data(), length, 0);
+        const nvmeio::verify_result on_disk = nvmeio::verify_read(path, source, 0);
         std::cout << "file size " << file_size << (size_exact ? " (exact)" : " (WRONG)") << "\n"
                   << "read back " << got.bytes << " bytes"
                   << (read_exact ? " (equal)" : " (MISMATCH)") << "\n"

@@ -38,7 +38,7 @@ inline reference_result buffered_read(const std::string& path, void* buffer, std
     const auto start = std::chrono::steady_clock::now();
     for (std::uint64_t at = 0; at < size;) {
         const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - at));
-        const std::size_t got = f.read_at(bytes + at, want, at);
+        const std::size_t got = f.read_at(nvmeio::memory(bytes + at, want), at);
         if (got == 0) break;
         at += got;
         result.perf.bytes += got;

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
         nvmeio::file f(path, nvmeio::open_mode::read, nvmeio::direct_io::on);
         nvmeio::aio_context context({/*queue_depth=*/4, /*block_size=*/std::size_t{1} << 20});
         nvmeio::aligned_buffer buffer(length, f.required_alignment());
-        const nvmeio::transfer_result result = nvmeio::read(context, f, buffer.data(), length, 0);
+        const nvmeio::transfer_result result = nvmeio::read(context, f, buffer, 0);
         std::size_t mismatches = 0;
         for (std::size_t i = 0; i < length; ++i)
             mismatches += static_cast<unsigned char>(buffer.data()[i]) != expected[i];

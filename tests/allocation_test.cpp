@@ -64,9 +64,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_transfer_in_steady_state_allocates_nothing, Test
         for (const operation op : {operation::read, operation::write}) {
             // The first use, and the second, in which an io_uring ring pins the buffer.
             for (int use = 0; use < 2; ++use)
-                (void)transfer(context, f, op, buffer.data(), size, 0, config);
+                (void)transfer(context, f, op, buffer, 0, config);
             const std::size_t before = allocations;
-            const transfer_result again = transfer(context, f, op, buffer.data(), size, 0, config);
+            const transfer_result again = transfer(context, f, op, buffer, 0, config);
             const std::size_t made = allocations - before;
             BOOST_TEST(again.bytes == size);
             BOOST_TEST(made == 0u, made << " allocations, " << to_string(config.strategy) << "/"

@@ -45,7 +45,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(several_outstanding_transfers_complete_byte_exact,
     }
     std::vector<transfer_handle> writes;
     for (int i = 0; i < count; ++i)
-        writes.push_back(async_write(context, files[i], buffers[i].data(), buffers[i].size(), 0));
+        writes.push_back(async_write(context, files[i], buffers[i], 0));
     for (int i = 0; i < count; ++i) {
         BOOST_TEST(writes[i].valid());
         BOOST_TEST(writes[i].wait().bytes == buffers[i].size());
@@ -55,7 +55,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(several_outstanding_transfers_complete_byte_exact,
     }
     std::vector<transfer_handle> reads;
     for (int i = 0; i < count; ++i)
-        reads.push_back(async_read(context, files[i], buffers[i].data(), buffers[i].size(), 0));
+        reads.push_back(async_read(context, files[i], buffers[i], 0));
     for (int i = count - 1; i >= 0; --i) {  // any order
         BOOST_TEST(reads[i].wait_for(std::chrono::seconds(60)));
         BOOST_TEST(reads[i].wait().bytes == buffers[i].size());
@@ -71,7 +71,7 @@ BOOST_AUTO_TEST_CASE(failure_surfaces_at_wait_with_the_precise_error) {
     file in(path.str(), open_mode::read);
     aligned_buffer target(size);
     nvmeio_test::offset_fault_backend::fail_offset = 2 * block;
-    transfer_handle handle = async_read(context, in, target.data(), size, 0);
+    transfer_handle handle = async_read(context, in, target, 0);
     try {
         (void)handle.wait();
         BOOST_ERROR("the injected failure was not reported");
@@ -93,9 +93,9 @@ BOOST_AUTO_TEST_CASE(precondition_violation_throws_at_submit) {
     async_context context(options_for(1));
     file in(path.str(), open_mode::read);
     aligned_buffer target(2 * block);
-    BOOST_CHECK_THROW((void)async_read(context, in, target.data() + 1, block, 0),
+    BOOST_CHECK_THROW((void)async_read(context, in, nvmeio::memory(target).slice(1, block), 0),
                       std::invalid_argument);
-    BOOST_CHECK_THROW((void)async_write(context, in, target.data(), block, 0),
+    BOOST_CHECK_THROW((void)async_write(context, in, nvmeio::memory(target).first(block), 0),
                       std::invalid_argument);  // opened for reading
     BOOST_CHECK_THROW(async_context bad(options_for(0)), std::invalid_argument);
 }
@@ -109,7 +109,7 @@ BOOST_AUTO_TEST_CASE(dropping_a_handle_waits_for_its_transfer) {
     async_context context(options_for(1));
     {
         file out(path.str(), open_mode::write);
-        (void)async_write(context, out, source.data(), size, 0);  // handle dies at once
+        (void)async_write(context, out, source, 0);  // handle dies at once
     }
     BOOST_TEST((nvmeio_test::slurp(path.str()) == expected));
 }
@@ -129,7 +129,7 @@ BOOST_AUTO_TEST_CASE(destroying_the_context_finishes_queued_work_without_leaks) 
         {
             async_context context(options_for(2));
             for (aligned_buffer& t : targets)
-                handles.push_back(async_read(context, in, t.data(), size, 0));
+                handles.push_back(async_read(context, in, t, 0));
         }  // the context waits for all twelve
         for (transfer_handle& h : handles) {
             BOOST_TEST(h.ready());
@@ -200,7 +200,7 @@ BOOST_AUTO_TEST_CASE(cancelled_transfers_report_operation_canceled) {
     gated_backend::close_gate();
     std::vector<transfer_handle> handles;
     for (aligned_buffer& t : targets)
-        handles.push_back(async_read(context, in, t.data(), size, 0));
+        handles.push_back(async_read(context, in, t, 0));
     gated_backend::wait_until_reached();
     const std::size_t cancelled = context.cancel_pending();
     gated_backend::open_gate();
@@ -228,7 +228,7 @@ BOOST_AUTO_TEST_CASE(an_empty_handle_is_ready_and_moves) {
     async_context context(options_for(1));
     file in(path.str(), open_mode::read);
     aligned_buffer target(block);
-    transfer_handle first = async_read(context, in, target.data(), block, 0);
+    transfer_handle first = async_read(context, in, target, 0);
     transfer_handle second = std::move(first);
     BOOST_TEST(!first.valid());
     BOOST_TEST(second.wait().bytes == block);
@@ -249,7 +249,7 @@ BOOST_AUTO_TEST_CASE(several_threads_submit_to_one_context) {
             std::vector<transfer_handle> handles;
             for (int i = 0; i < 5; ++i) {
                 targets.emplace_back(size);
-                handles.push_back(async_read(context, in, targets.back().data(), size, 0));
+                handles.push_back(async_read(context, in, targets.back(), 0));
             }
             for (int i = 0; i < 5; ++i) {
                 good[t] += handles[i].wait().bytes == size &&

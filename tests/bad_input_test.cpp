@@ -236,8 +236,8 @@ BOOST_AUTO_TEST_CASE(empty_file_reads_zero_bytes_and_leaves_the_buffer_alone) {
             BOOST_TEST_CONTEXT(describe(c) << " direct=" << to_string(direct)) {
                 aligned_buffer target(3 * block + 5);
                 std::memset(target.data(), 0xAB, target.capacity());
-                BOOST_TEST(read(context, in, target, target.size(), 0, c).bytes == 0u);
-                BOOST_TEST(read(context, in, target, 0, 0, c).bytes == 0u);
+                BOOST_TEST(read(context, in, target, 0, c).bytes == 0u);
+                BOOST_TEST(read(context, in, nvmeio::memory(target).first(0), 0, c).bytes == 0u);
                 std::size_t touched = 0;
                 for (std::size_t i = 0; i < target.capacity(); ++i)
                     touched += target.data()[i] != std::byte{0xAB};
@@ -246,7 +246,9 @@ BOOST_AUTO_TEST_CASE(empty_file_reads_zero_bytes_and_leaves_the_buffer_alone) {
         }
     }
     file out(path.str(), open_mode::read_write);
-    BOOST_TEST(write(context, out, nullptr, 0, 0).bytes == 0u);  // nothing to write, no buffer
+    // Nothing to write, no buffer.
+    BOOST_TEST(write(context, out, nvmeio::memory(static_cast<const void*>(nullptr), 0), 0).bytes ==
+               0u);
     BOOST_TEST(nvmeio_test::file_size(path.str()) == 0u);
 }
 
@@ -260,12 +262,12 @@ BOOST_AUTO_TEST_CASE(block_size_larger_than_the_transfer_moves_exactly_the_reque
             nvmeio_test::fill_pattern(source.data(), size, 12);
             {
                 file out(path.str(), open_mode::write);
-                BOOST_TEST(write(context, out, source, size, 0, c).bytes == size);
+                BOOST_TEST(write(context, out, source, 0, c).bytes == size);
             }
             BOOST_TEST(nvmeio_test::file_size(path.str()) == size);
             std::memset(target.data(), 0xAB, target.capacity());
             file in(path.str(), open_mode::read);
-            BOOST_TEST(read(context, in, target, size, 0, c).bytes == size);
+            BOOST_TEST(read(context, in, nvmeio::memory(target).first(size), 0, c).bytes == size);
             BOOST_TEST(std::memcmp(target.data(), source.data(), size) == 0);
             BOOST_TEST(std::to_integer<int>(target.data()[size]) == 0xAB);
         }
@@ -281,9 +283,9 @@ BOOST_AUTO_TEST_CASE(buffer_too_small_for_the_requested_bytes_is_rejected_with_b
         file f(path.str(), mode);
         try {
             if (mode == open_mode::read) {
-                (void)read(context, f, buffer, 2 * block, 0);
+                (void)read(context, f, nvmeio::memory(buffer).first(2 * block), 0);
             } else {
-                (void)write(context, f, buffer, block + 1, 0);
+                (void)write(context, f, nvmeio::memory(buffer).first(block + 1), 0);
             }
             BOOST_FAIL("a length larger than the buffer was accepted");
         } catch (const std::invalid_argument& e) {
@@ -292,8 +294,8 @@ BOOST_AUTO_TEST_CASE(buffer_too_small_for_the_requested_bytes_is_rejected_with_b
                 contains(what, std::to_string(mode == open_mode::read ? 2 * block : block + 1) +
                                    " bytes"),
                 what);
-            BOOST_TEST(contains(what, "holds only " + std::to_string(block) + " bytes"), what);
-            BOOST_TEST(contains(what, path.str()), what);
+            BOOST_TEST(contains(what, "holding " + std::to_string(block) + " bytes"), what);
+            BOOST_TEST(contains(what, "passes its end"), what);
         }
     }
     BOOST_TEST((nvmeio_test::slurp(path.str()) ==
@@ -311,7 +313,7 @@ BOOST_AUTO_TEST_CASE(range_past_the_largest_file_offset_is_rejected) {
          {largest - 4095, std::numeric_limits<std::uint64_t>::max() - 4095}) {
         BOOST_TEST_CONTEXT("offset " << offset) {
             try {
-                (void)write(context, f, buffer, block, offset);
+                (void)write(context, f, buffer, offset);
                 BOOST_FAIL("a range past the largest file offset was accepted");
             } catch (const std::invalid_argument& e) {
                 BOOST_TEST(contains(e.what(), "passes the largest file offset"), e.what());
@@ -339,7 +341,7 @@ BOOST_AUTO_TEST_CASE(length_beyond_4_gib_is_counted_in_64_bits) {
         for (const transfer_config& c : every_config()) {
             BOOST_TEST_CONTEXT(describe(c) << " direct=" << to_string(direct)) {
                 file in(path.str(), open_mode::read, direct);
-                BOOST_TEST(read(context, in, memory, length, 0, c).bytes == size);
+                BOOST_TEST(read(context, in, nvmeio::memory(memory, length), 0, c).bytes == size);
                 BOOST_TEST(std::memcmp(memory, bytes.data(), size) == 0);
             }
         }
@@ -362,7 +364,7 @@ void fill_up(const std::string& dir, std::size_t capacity) {
                 temp_path path("full", dir);
                 file out(path.str(), open_mode::write, direct);
                 try {
-                    (void)write(context, out, source, length, 0, c);
+                    (void)write(context, out, source, 0, c);
                     BOOST_FAIL("twice the filesystem's size fit in it");
                 } catch (const io_error& e) {
                     const std::string what = e.what();
@@ -438,7 +440,7 @@ BOOST_AUTO_TEST_CASE(disk_full_is_reported_for_the_whole_range_before_any_byte_m
             nvmeio_test::fill_pattern(source.data(), length, 8);
             file out(path.str(), open_mode::write, direct);
             try {
-                (void)write(context, out, source, length, 0);
+                (void)write(context, out, source, 0);
                 BOOST_FAIL("the range fit in a full filesystem");
             } catch (const io_error& e) {
                 BOOST_TEST_MESSAGE(e.what());
@@ -474,8 +476,9 @@ BOOST_AUTO_TEST_CASE(failed_opens_contexts_and_transfers_leak_no_descriptor_cont
         file f(path.str(), open_mode::read);
         aligned_buffer locked(block, 4096, buffer_options{false, false, true});
         BOOST_TEST(locked.locked());
-        BOOST_CHECK_THROW((void)read(context, f, locked, block, 0), std::invalid_argument);
-        BOOST_CHECK_THROW((void)read(context, f, locked, 2 * block, 0), std::invalid_argument);
+        BOOST_CHECK_THROW((void)read(context, f, locked, 0), std::invalid_argument);
+        BOOST_CHECK_THROW((void)read(context, f, nvmeio::memory(locked).first(2 * block), 0),
+                          std::invalid_argument);
     }
     BOOST_TEST(nvmeio_test::held_resources{} == before);
 }

@@ -41,7 +41,7 @@ layout make_layout(std::size_t count, std::uint64_t seed, bool ragged) {
         std::size_t length = (1 + random() % 3) * 4096 * (1 + random() % 4);
         if (ragged) length += random() % 4096;
         l.buffers.push_back(nvmeio_test::pattern(length, seed * 1000 + i));
-        l.requests.push_back({l.buffers.back().data(), length, offset});
+        l.requests.push_back({l.buffers.back(), offset});
         l.file_bytes.insert(l.file_bytes.end(), l.buffers.back().begin(), l.buffers.back().end());
         offset += length;
     }
@@ -53,8 +53,8 @@ layout make_layout(std::size_t count, std::uint64_t seed, bool ragged) {
 std::vector<std::vector<unsigned char>> blank_buffers(layout& l) {
     std::vector<std::vector<unsigned char>> out;
     for (batch_request& r : l.requests) {
-        out.emplace_back(r.length, 0xEE);
-        r.buffer = out.back().data();
+        out.emplace_back(r.memory.size(), 0xEE);
+        r.memory = out.back();
     }
     return out;
 }
@@ -71,18 +71,18 @@ void scattered_round_trip(Context& context, bool ragged, batch_options options =
         BOOST_TEST(w.ios < l.requests.size() / 4);  // coalesced
         BOOST_TEST(w.bounced_bytes == l.file_bytes.size());
         for (std::size_t i = 0; i < l.requests.size(); ++i)
-            BOOST_TEST(w.results[i].bytes == l.requests[i].length);
+            BOOST_TEST(w.results[i].bytes == l.requests[i].memory.size());
     }
     BOOST_TEST((nvmeio_test::slurp(path.str()) == l.file_bytes));
     std::vector<std::vector<unsigned char>> expected;
     for (const batch_request& r : l.requests)
-        expected.emplace_back(static_cast<unsigned char*>(r.buffer),
-                              static_cast<unsigned char*>(r.buffer) + r.length);
+        expected.emplace_back(static_cast<unsigned char*>(r.memory.data()),
+                              static_cast<unsigned char*>(r.memory.data()) + r.memory.size());
     auto targets = blank_buffers(l);
     file in(path.str(), open_mode::read);
     const batch_outcome got = read_batch(context, in, l.requests, options);
     for (std::size_t i = 0; i < l.requests.size(); ++i) {
-        BOOST_TEST(got.results[i].bytes == l.requests[i].length);
+        BOOST_TEST(got.results[i].bytes == l.requests[i].memory.size());
         BOOST_TEST((targets[i] == expected[i]), "request " << i);
     }
 }
@@ -126,14 +126,14 @@ BOOST_AUTO_TEST_CASE(parallel_ragged_writes_with_gaps_keep_every_byte) {
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < 32; ++i) {
         buffers.push_back(nvmeio_test::pattern(3 * 4096 + 100 + i, 300 + i));
-        requests.push_back({buffers.back().data(), buffers.back().size(), i * 4 * 4096});
+        requests.push_back({buffers.back(), i * 4 * 4096});
     }
     {
         file out(path.str(), open_mode::write);
         (void)write_batch(context, out, requests);
     }
     const auto bytes = nvmeio_test::slurp(path.str());
-    BOOST_TEST_REQUIRE(bytes.size() == requests.back().offset + requests.back().length);
+    BOOST_TEST_REQUIRE(bytes.size() == requests.back().offset + requests.back().memory.size());
     for (std::size_t i = 0; i < requests.size(); ++i) {
         BOOST_TEST(std::memcmp(bytes.data() + requests[i].offset, buffers[i].data(),
                                buffers[i].size()) == 0,
@@ -148,7 +148,7 @@ BOOST_AUTO_TEST_CASE(buffers_adjacent_in_memory_go_straight_without_copies) {
     nvmeio_test::fill_pattern(flat.data(), flat.size(), 12);
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < count; ++i)
-        requests.push_back({flat.data() + i * block, block, i * block});
+        requests.push_back({nvmeio::memory(flat).slice(i * block, block), i * block});
     aio_context context({8, block});
     batch_options options;
     options.max_io_size = 4 * block;
@@ -170,10 +170,10 @@ BOOST_AUTO_TEST_CASE(gaps_split_ios_and_requests_past_the_end_report_what_exists
     file in(path.str(), open_mode::read);
     std::vector<std::vector<unsigned char>> targets(4, std::vector<unsigned char>(2 * 4096));
     const std::vector<batch_request> requests = {
-        {targets[0].data(), 4096, 0},          // alone (a gap follows)
-        {targets[1].data(), 2 * 4096, 8192},   // with the next one
-        {targets[2].data(), 2 * 4096, 16384},  // straddles the end: 4096 + 10 exist
-        {targets[3].data(), 4096, 40960},      // wholly past the end
+        {nvmeio::memory(targets[0]).first(4096), 0},      // alone (a gap follows)
+        {targets[1], 8192},                               // with the next one
+        {targets[2], 16384},                              // straddles the end: 4096 + 10 exist
+        {nvmeio::memory(targets[3]).first(4096), 40960},  // wholly past the end
     };
     const batch_outcome got = read_batch(context, in, requests);
     BOOST_TEST(got.ios == 3u);
@@ -195,7 +195,7 @@ BOOST_AUTO_TEST_CASE(a_failed_io_fails_its_requests_only_and_read_batch_throws_i
     std::vector<std::vector<unsigned char>> targets(8, std::vector<unsigned char>(block));
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < 8; ++i)
-        requests.push_back({targets[i].data(), block, (7 - i) * block});
+        requests.push_back({targets[i], (7 - i) * block});
     batch_options options;
     options.max_io_size = 2 * block;  // four I/Os of two requests
     nvmeio_test::offset_fault_backend::fail_offset = 4 * block + 5;
@@ -247,7 +247,8 @@ BOOST_AUTO_TEST_CASE(write_batch_error_code_form_reports_the_first_failed_reques
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < 4; ++i)
         requests.push_back(
-            {const_cast<unsigned char*>(bytes.data()) + i * block, block, i * block});
+            {nvmeio::memory(const_cast<unsigned char*>(bytes.data()) + i * block, block),
+             i * block});
     batch_options options;
     options.max_io_size = block;  // one I/O per request
     nvmeio_test::offset_fault_backend::fail_offset = 2 * block;
@@ -273,7 +274,7 @@ BOOST_AUTO_TEST_CASE(unaligned_offset_not_continuing_a_request_is_rejected_by_in
     aio_context context({4, block});
     file in(path.str(), open_mode::read);
     std::vector<unsigned char> a(4096), b(100);
-    const std::vector<batch_request> requests = {{a.data(), 4096, 0}, {b.data(), 100, 5000}};
+    const std::vector<batch_request> requests = {{a, 0}, {b, 5000}};
     try {
         (void)read_batch(context, in, requests);
         BOOST_ERROR("an unaligned offset was accepted");
@@ -284,8 +285,7 @@ BOOST_AUTO_TEST_CASE(unaligned_offset_not_continuing_a_request_is_rejected_by_in
     }
     // Continuing the previous request, the same offset is fine.
     std::vector<unsigned char> c(904);
-    const std::vector<batch_request> joined = {
-        {a.data(), 4096, 0}, {c.data(), 904, 4096}, {b.data(), 100, 5000}};
+    const std::vector<batch_request> joined = {{a, 0}, {c, 4096}, {b, 5000}};
     const batch_outcome got = read_batch(context, in, joined);
     BOOST_TEST(got.ios == 1u);
     BOOST_TEST(got.results[2].bytes == 100u);
@@ -297,7 +297,7 @@ BOOST_AUTO_TEST_CASE(unaligned_offset_not_continuing_a_request_is_rejected_by_in
     BOOST_TEST(offsets_fit_direct(joined, 4096));
     BOOST_TEST(offsets_fit_direct({joined[2], joined[0], joined[1]}, 4096));
     BOOST_TEST(!offsets_fit_direct({joined[2], joined[0]}, 4096));
-    BOOST_TEST(offsets_fit_direct({{nullptr, 0, 7}, {a.data(), 4096, 0}}, 4096));
+    BOOST_TEST(offsets_fit_direct({{mutable_memory{}, 7}, {a, 0}}, 4096));
     BOOST_TEST(offsets_fit_direct({joined[2]}, 4));
 }
 
@@ -320,8 +320,8 @@ class recording_backend {
     static void watch(const std::vector<batch_request>& requests) {
         caller.clear();
         for (const batch_request& r : requests) {
-            const auto* begin = static_cast<const unsigned char*>(r.buffer);
-            caller.push_back({begin, begin + r.length});
+            const auto* begin = static_cast<const unsigned char*>(r.memory.data());
+            caller.push_back({begin, begin + r.memory.size()});
         }
         bounced_bytes = most_bounced_in_flight = overlaps = 0;
         bounced_addresses.clear();
@@ -413,7 +413,7 @@ BOOST_AUTO_TEST_CASE(scattered_unaligned_blocks_go_through_a_few_reused_staging_
     std::memcpy(first, bytes.data(), bytes.size());
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < count; ++i)
-        requests.push_back({first + i * block, block, 2 * i * block});
+        requests.push_back({nvmeio::memory(slab).slice(1 + i * block, block), 2 * i * block});
     for (const std::size_t slots : {std::size_t{depth}, std::size_t{2}}) {
         BOOST_TEST_CONTEXT("staging slots " << slots) {
             batch_options options;
@@ -496,8 +496,9 @@ BOOST_AUTO_TEST_CASE(bounced_bytes_beyond_the_arena_move_in_waves) {
 
             std::vector<std::vector<unsigned char>> expected;
             for (const batch_request& r : l.requests)
-                expected.emplace_back(static_cast<unsigned char*>(r.buffer),
-                                      static_cast<unsigned char*>(r.buffer) + r.length);
+                expected.emplace_back(
+                    static_cast<unsigned char*>(r.memory.data()),
+                    static_cast<unsigned char*>(r.memory.data()) + r.memory.size());
             auto targets = blank_buffers(l);
             recording_backend::watch(l.requests);
             file in(path.str(), open_mode::read);
@@ -519,7 +520,7 @@ BOOST_AUTO_TEST_CASE(arena_left_small_by_one_batch_grows_for_the_next) {
     std::vector<unsigned char> memory(count * (size + 1) + 1, 7);
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < count; ++i)  // odd addresses: bounced; gaps: one group each
-        requests.push_back({memory.data() + 1 + i * (size + 1), size, i * 8192});
+        requests.push_back({nvmeio::memory(memory).slice(1 + i * (size + 1), size), i * 8192});
     file out(path.str(), open_mode::write);
     (void)write_batch(context, out, {requests.front()});
     recording_backend::watch(requests);
@@ -536,7 +537,7 @@ BOOST_AUTO_TEST_CASE(arena_left_small_by_one_batch_grows_for_the_next) {
     std::vector<unsigned char> back(count * (size + 1) + 1, 0);
     std::vector<batch_request> reads = requests;
     for (std::size_t i = 0; i < count; ++i)
-        reads[i].buffer = back.data() + 1 + i * (size + 1);
+        reads[i].memory = nvmeio::memory(back).slice(1 + i * (size + 1), size);
     recording_backend::watch(reads);
     file in(path.str(), open_mode::read);
     (void)read_batch(context, in, reads, waves);
@@ -561,7 +562,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(aligned_scattered_buffers_go_member_by_member_with
         nvmeio_test::fill_pattern(buffers.back().data(), length, 500 + i);
         const auto* bytes = reinterpret_cast<const unsigned char*>(buffers.back().data());
         expected.insert(expected.end(), bytes, bytes + length);
-        requests.push_back({buffers.back().data(), length, offset});
+        requests.push_back({buffers.back(), offset});
         offset += length;
     }
     std::reverse(requests.begin(), requests.end());
@@ -581,8 +582,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(aligned_scattered_buffers_go_member_by_member_with
     BOOST_TEST(got.bounced_bytes == 0u);
     std::vector<unsigned char> back;
     for (auto it = requests.rbegin(); it != requests.rend(); ++it) {
-        const auto* bytes = static_cast<const unsigned char*>(it->buffer);
-        back.insert(back.end(), bytes, bytes + it->length);
+        const auto* bytes = static_cast<const unsigned char*>(it->memory.data());
+        back.insert(back.end(), bytes, bytes + it->memory.size());
     }
     BOOST_TEST((back == expected));
 }
@@ -595,7 +596,7 @@ BOOST_AUTO_TEST_CASE(member_by_member_failure_fails_that_member_only) {
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < count; ++i) {
         buffers.emplace_back(block);
-        requests.push_back({buffers.back().data(), block, i * block});
+        requests.push_back({buffers.back(), i * block});
     }
     basic_aio_context<nvmeio_test::offset_fault_backend> context({4, 16 * 1024});
     batch_options options;
@@ -639,7 +640,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(small_and_ragged_requests_go_through_the_queue_one
                 // 1 to 100 bytes, or a unit and a bit, at aligned offsets, in odd memory.
                 const std::size_t length = i % 3 == 2 ? 4096 + 1 + i : 1 + i % 100;
                 buffers.push_back(nvmeio_test::pattern(length + 1, 1000 + i));
-                requests.push_back({buffers.back().data() + 1, length, i * stride});
+                requests.push_back({nvmeio::memory(buffers.back()).slice(1, length), i * stride});
                 if (expected.size() < i * stride + length) expected.resize(i * stride + length, 0);
                 std::memcpy(expected.data() + i * stride, buffers.back().data() + 1, length);
             }
@@ -657,16 +658,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(small_and_ragged_requests_go_through_the_queue_one
             BOOST_TEST((nvmeio_test::slurp(path.str()) == expected));
             std::vector<std::vector<unsigned char>> back;
             for (batch_request& r : requests) {
-                back.emplace_back(r.length + 2, 0xEE);
-                r.buffer = back.back().data() + 1;
+                back.emplace_back(r.memory.size() + 2, 0xEE);
+                r.memory = nvmeio::memory(back.back()).slice(1, r.memory.size());
             }
             file in(path.str(), open_mode::read);
             const batch_outcome got = read_batch(context, in, requests, options);
             for (std::size_t i = 0; i < count; ++i) {
                 BOOST_TEST_CONTEXT("request " << i) {
-                    BOOST_TEST(got.results[i].bytes == requests[i].length);
-                    BOOST_TEST(std::memcmp(requests[i].buffer, expected.data() + i * stride,
-                                           requests[i].length) == 0);
+                    BOOST_TEST(got.results[i].bytes == requests[i].memory.size());
+                    BOOST_TEST(std::memcmp(requests[i].memory.data(), expected.data() + i * stride,
+                                           requests[i].memory.size()) == 0);
                     BOOST_TEST(back[i].front() == 0xEE);  // nothing written around the buffer
                     BOOST_TEST(back[i].back() == 0xEE);
                 }
@@ -674,7 +675,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(small_and_ragged_requests_go_through_the_queue_one
             BOOST_TEST(got.perf.requests == count);
             std::size_t total = 0;
             for (const batch_request& r : requests)
-                total += r.length;
+                total += r.memory.size();
             BOOST_TEST(got.perf.bytes == total);
         }
     }
@@ -687,7 +688,7 @@ BOOST_AUTO_TEST_CASE(batch_options_config_reaches_the_engine) {
     nvmeio_test::fill_pattern(flat.data(), flat.size(), 3);
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < count; ++i)  // gaps: one I/O per request
-        requests.push_back({flat.data() + i * 4096, 4096, i * 2 * 4096});
+        requests.push_back({nvmeio::memory(flat).slice(i * 4096, 4096), i * 2 * 4096});
     aio_context context({8, block});
     file f(path.str(), open_mode::write);
     for (submit_mode mode : {submit_mode::single, submit_mode::block}) {
@@ -718,7 +719,7 @@ BOOST_AUTO_TEST_CASE(sizes_near_size_max_in_batch_options_do_not_overflow) {
     std::vector<unsigned char> expected;
     for (std::size_t i = 0; i < 20; ++i) {
         buffers.push_back(nvmeio_test::pattern(5000 + i, 60 + i));
-        requests.push_back({buffers.back().data(), buffers.back().size(), expected.size()});
+        requests.push_back({buffers.back(), expected.size()});
         expected.insert(expected.end(), buffers.back().begin(), buffers.back().end());
     }
     const std::size_t huge = std::numeric_limits<std::size_t>::max();
@@ -737,8 +738,8 @@ BOOST_AUTO_TEST_CASE(sizes_near_size_max_in_batch_options_do_not_overflow) {
             std::vector<std::vector<unsigned char>> back;
             std::vector<batch_request> reads = requests;
             for (batch_request& r : reads) {
-                back.emplace_back(r.length);
-                r.buffer = back.back().data();
+                back.emplace_back(r.memory.size());
+                r.memory = back.back();
             }
             (void)read_batch(context, in, reads, options);
             for (std::size_t i = 0; i < reads.size(); ++i)

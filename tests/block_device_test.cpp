@@ -173,15 +173,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(whole_device_reads_and_writes_are_byte_exact, Back
                     aligned_buffer source(static_cast<std::size_t>(out.size()));
                     BOOST_TEST_REQUIRE(source.size() == device_size);
                     std::memcpy(source.data(), expected.data(), expected.size());
-                    const transfer_result wrote =
-                        write(context, out, source, source.size(), 0, config);
+                    const transfer_result wrote = write(context, out, source, 0, config);
                     BOOST_TEST(wrote.bytes == device_size);
                 }
                 BOOST_TEST((nvmeio_test::slurp(device.image()) == expected));
                 file in(device.path(), open_mode::read);
                 aligned_buffer buffer(static_cast<std::size_t>(in.size()));
                 std::memset(buffer.data(), 0, buffer.size());
-                const transfer_result got = read(context, in, buffer, buffer.size(), 0, config);
+                const transfer_result got = read(context, in, buffer, 0, config);
                 BOOST_TEST(got.bytes == device_size);
                 BOOST_TEST(std::memcmp(buffer.data(), expected.data(), device_size) == 0);
                 ++seed;
@@ -204,16 +203,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(unaligned_tail_on_a_device_keeps_the_bytes_after_i
             const std::uint64_t offset = 2 * block;
             aligned_buffer source(length);
             nvmeio_test::fill_pattern(source.data(), length, 30);
-            BOOST_TEST(write(context, f, source, length, offset).bytes == length);
+            BOOST_TEST(write(context, f, source, offset).bytes == length);
             std::memcpy(expected.data() + offset, source.data(), length);
             BOOST_TEST((nvmeio_test::slurp(device.image()) == expected));
             BOOST_TEST(f.size() == device_size);  // a device never grows or shrinks
             // The synchronous path, any alignment.
             std::vector<unsigned char> got(777);
-            BOOST_TEST(f.read_at(got.data(), got.size(), offset + length - 100) == got.size());
+            BOOST_TEST(f.read_at(got, offset + length - 100) == got.size());
             BOOST_TEST(
                 std::memcmp(got.data(), expected.data() + offset + length - 100, got.size()) == 0);
-            f.write_at(got.data(), 5, 3);
+            f.write_at(nvmeio::memory(got).first(5), 3);
             std::memcpy(expected.data() + 3, got.data(), 5);
             BOOST_TEST((nvmeio_test::slurp(device.image()) == expected));
         }
@@ -242,7 +241,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(past_the_device_end_writes_fail_with_enospc_and_re
                                              << describe(config) << " offset " << offset
                                              << " length " << length) {
                     try {
-                        (void)write(context, f, buffer, length, offset, config);
+                        (void)write(context, f, nvmeio::memory(buffer).first(length), offset,
+                                    config);
                         BOOST_ERROR("a write past the end of the device succeeded");
                     } catch (const io_error& e) {
                         BOOST_TEST_MESSAGE(e.what());
@@ -262,7 +262,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(past_the_device_end_writes_fail_with_enospc_and_re
                     BOOST_TEST(std::memcmp(now.data() + offset, buffer.data(),
                                            static_cast<std::size_t>(device_size - offset)) == 0);
                     aligned_buffer back(length);
-                    const transfer_result got = read(context, f, back, length, offset, config);
+                    const transfer_result got = read(context, f, back, offset, config);
                     BOOST_TEST(got.bytes == device_size - offset);
                     BOOST_TEST(std::memcmp(back.data(), buffer.data(), got.bytes) == 0);
                 }
@@ -270,13 +270,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(past_the_device_end_writes_fail_with_enospc_and_re
         }
         // The synchronous path says the same.
         try {
-            f.write_at(buffer.data() + 1, 10, device_size - 5);
+            f.write_at(nvmeio::memory(buffer).slice(1, 10), device_size - 5);
             BOOST_ERROR("write_at past the end of the device succeeded");
         } catch (const io_error& e) {
             BOOST_TEST((e.code() == std::errc::no_space_on_device), e.what());
         }
-        BOOST_TEST(f.read_at(buffer.data() + 1, 10, device_size - 5) == 5u);
-        BOOST_TEST(f.read_at(buffer.data() + 1, 10, device_size + 5) == 0u);
+        BOOST_TEST(f.read_at(nvmeio::memory(buffer).slice(1, 10), device_size - 5) == 5u);
+        BOOST_TEST(f.read_at(nvmeio::memory(buffer).slice(1, 10), device_size + 5) == 0u);
     }
 }
 
@@ -291,16 +291,12 @@ BOOST_AUTO_TEST_CASE(parallel_and_batched_transfers_on_a_device_are_byte_exact) 
             parallel_context parallel({2, {8, block}});
             aligned_buffer whole(static_cast<std::size_t>(f.size()));
             nvmeio_test::fill_pattern(whole.data(), whole.size(), 50);
-            BOOST_TEST(
-                transfer(parallel, f, operation::write, whole.data(), whole.size(), 0).bytes ==
-                device_size);
+            BOOST_TEST(transfer(parallel, f, operation::write, whole, 0).bytes == device_size);
             std::vector<unsigned char> expected(whole.size());
             std::memcpy(expected.data(), whole.data(), whole.size());
             BOOST_TEST((nvmeio_test::slurp(device.image()) == expected));
             std::memset(whole.data(), 0, whole.size());
-            BOOST_TEST(
-                transfer(parallel, f, operation::read, whole.data(), whole.size(), 0).bytes ==
-                device_size);
+            BOOST_TEST(transfer(parallel, f, operation::read, whole, 0).bytes == device_size);
             BOOST_TEST(std::memcmp(whole.data(), expected.data(), whole.size()) == 0);
 
             // Scattered requests of odd sizes (batches take aligned starts on O_DIRECT), the last
@@ -313,7 +309,7 @@ BOOST_AUTO_TEST_CASE(parallel_and_batched_transfers_on_a_device_are_byte_exact) 
                 const std::size_t length =
                     std::min<std::uint64_t>(device_size - at, 4096 * (i % 7) + 1 + 333 * i);
                 pieces.push_back(nvmeio_test::pattern(length, 60 + i));
-                requests.push_back({pieces.back().data(), length, at});
+                requests.push_back({pieces.back(), at});
                 std::memcpy(expected.data() + at, pieces.back().data(), length);
                 at = align_up(at + length + 65'536 * (i % 3), 4096);
             }
@@ -323,9 +319,9 @@ BOOST_AUTO_TEST_CASE(parallel_and_batched_transfers_on_a_device_are_byte_exact) 
                 std::fill(piece.begin(), piece.end(), 0);
             const batch_outcome got = read_batch(context, f, requests);
             for (std::size_t i = 0; i < requests.size(); ++i) {
-                BOOST_TEST(got.results[i].bytes == requests[i].length);
+                BOOST_TEST(got.results[i].bytes == requests[i].memory.size());
                 BOOST_TEST(std::memcmp(pieces[i].data(), expected.data() + requests[i].offset,
-                                       requests[i].length) == 0);
+                                       requests[i].memory.size()) == 0);
             }
         }
     }
@@ -501,7 +497,7 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whol
                 // A thread of its own: io-wq workers belong to the thread that submits.
                 std::thread([&] {
                     basic_aio_context<io_uring_backend> context({4, block_size});
-                    result = transfer(context, f, op, data.data(), size, 0, {{}, {}, true});
+                    result = transfer(context, f, op, data, 0, {{}, {}, true});
                     workers = io_workers_of(::syscall(SYS_gettid));
                 }).join();
                 BOOST_TEST(result.bytes == size);
@@ -525,7 +521,7 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whol
     int huge_workers = -1;
     std::thread([&] {
         basic_aio_context<io_uring_backend> context({4, std::size_t{1} << 20});
-        from_huge = transfer(context, f, operation::read, huge.data(), size, 0, {{}, {}, true});
+        from_huge = transfer(context, f, operation::read, huge, 0, {{}, {}, true});
         huge_workers = io_workers_of(::syscall(SYS_gettid));
     }).join();
     BOOST_TEST(from_huge.bytes == size);
@@ -535,12 +531,12 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whol
 
     // The pieces of a cut block keep its bytes in flight: depth 2 x 8 MiB.
     basic_aio_context<counting_io_uring> counting({2, std::size_t{8} << 20});
-    BOOST_TEST(transfer(counting, f, operation::read, data.data(), size, 0, {}).bytes == size);
+    BOOST_TEST(transfer(counting, f, operation::read, data, 0, {}).bytes == size);
     BOOST_TEST(counting.backend().most * whole == std::size_t{2} * (8u << 20));
     // libaio: whole requests.
     aio_context context({4, std::size_t{8} << 20});
     const transfer_result read_whole =
-        transfer(context, f, operation::read, data.data(), size, 0, {{}, {}, true});
+        transfer(context, f, operation::read, data, 0, {{}, {}, true});
     BOOST_TEST(read_whole.perf.requests == 2u);
 
     // nvmeio's memory: pin once pins it as it moves a second time; from then on every request
@@ -548,19 +544,19 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whol
     aligned_buffer pinned(size);
     basic_aio_context<io_uring_backend> registering({4, std::size_t{8} << 20});
     for (int pass = 0; pass < 2; ++pass)
-        BOOST_TEST(transfer(registering, f, operation::read, pinned.data(), size, 0).bytes == size);
+        BOOST_TEST(transfer(registering, f, operation::read, pinned, 0).bytes == size);
     const std::uint64_t fixed = registering.backend().registered_use().fixed_buffer_requests;
     BOOST_TEST(fixed > 0u);
     const std::vector<unsigned char> expected = nvmeio_test::pattern(size, 90);
     std::memcpy(pinned.data(), expected.data(), size);
     const transfer_result wrote =
-        transfer(registering, f, operation::write, pinned.data(), size, 0, {{}, {}, true});
+        transfer(registering, f, operation::write, pinned, 0, {{}, {}, true});
     BOOST_TEST(wrote.bytes == size);
     BOOST_TEST(wrote.perf.requests == 2u);
     BOOST_TEST((nvmeio_test::slurp(device.image()) == expected));
     std::memset(pinned.data(), 0, size);
     const transfer_result got =
-        transfer(registering, f, operation::read, pinned.data(), size, 0, {{}, {}, true});
+        transfer(registering, f, operation::read, pinned, 0, {{}, {}, true});
     BOOST_TEST(got.bytes == size);
     BOOST_TEST(got.perf.requests == 2u);
     BOOST_TEST(std::memcmp(pinned.data(), expected.data(), size) == 0);
@@ -587,7 +583,8 @@ BOOST_AUTO_TEST_CASE(memory_pinned_during_a_transfer_stays_whole_from_its_next_b
     aligned_buffer ring = small_pages(2 * ring_block);
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < 8; ++i)
-        requests.push_back({ring.data() + i % 2 * ring_block, ring_block, i * ring_block});
+        requests.push_back(
+            {nvmeio::memory(ring).slice(i % 2 * ring_block, ring_block), i * ring_block});
     batch_options options;
     options.max_io_size = ring_block;
     options.config.measure = true;
@@ -608,7 +605,7 @@ BOOST_AUTO_TEST_CASE(memory_pinned_during_a_transfer_stays_whole_from_its_next_b
         on.backend().register_buffers(std::move(mine));
         std::byte* const registered = on.backend().registered_buffer_at(0).data;
         for (std::size_t i = 0; i < requests.size(); ++i)
-            requests[i] = {registered + i % 2 * size, size, i * size};
+            requests[i] = {nvmeio::memory(registered + i % 2 * size, size), i * size};
         options.max_io_size = size;
         const batch_outcome o = read_batch(on, f, requests, options);
         BOOST_TEST(o.perf.bytes == 8 * size);
@@ -658,16 +655,14 @@ BOOST_AUTO_TEST_CASE(faults_on_the_pieces_of_cut_requests_keep_the_device_exact)
             context.backend().rearm(plan);
             const std::vector<unsigned char> expected = nvmeio_test::pattern(size, 80 + seed);
             std::memcpy(data.data(), expected.data(), size);
-            const transfer_result wrote =
-                transfer(context, f, operation::write, data.data(), size, 0, config);
+            const transfer_result wrote = transfer(context, f, operation::write, data, 0, config);
             BOOST_TEST(wrote.bytes == size);
             BOOST_TEST(wrote.perf.requests >= size / f.queue_limits().unsplit_request_bytes);
             BOOST_TEST((nvmeio_test::slurp(device.image()) == expected));
             injected += context.backend().injected();
             context.backend().rearm(plan);
             std::memset(data.data(), 0, size);
-            BOOST_TEST(transfer(context, f, operation::read, data.data(), size, 0, config).bytes ==
-                       size);
+            BOOST_TEST(transfer(context, f, operation::read, data, 0, config).bytes == size);
             BOOST_TEST(std::memcmp(data.data(), expected.data(), size) == 0);
             BOOST_TEST(context.backend().inflight() == 0u);
             injected += context.backend().injected();

@@ -207,7 +207,7 @@ BOOST_AUTO_TEST_CASE(write_at_from_several_threads_on_one_handle) {
              const auto order = shuffled(rng, plan.ranges.size());
              race(order.size(), [&](std::size_t i) {
                  const writer_range& r = plan.ranges[order[i]];
-                 f.write_at(r.bytes.data(), r.length, r.offset);
+                 f.write_at(r.bytes, r.offset);
              });
          });
 }
@@ -222,7 +222,7 @@ BOOST_AUTO_TEST_CASE(write_at_through_several_handles_of_one_file) {
                 handles.emplace_back(path, open_mode::read_write, mode);
             race(order.size(), [&](std::size_t i) {
                 const writer_range& r = plan.ranges[order[i]];
-                handles[i].write_at(r.bytes.data(), r.length, r.offset);
+                handles[i].write_at(r.bytes, r.offset);
             });
         });
 }
@@ -242,9 +242,7 @@ BOOST_AUTO_TEST_CASE(write_on_separate_contexts_of_every_backend) {
                  const transfer_config config = configs[rng() % configs.size()];
                  race(order.size(), [&](std::size_t i) {
                      writer_range& r = plan.ranges[order[i]];
-                     require_whole(
-                         write(*contexts[i], f, r.buffer.data(), r.length, r.offset, config).bytes,
-                         r);
+                     require_whole(write(*contexts[i], f, r.buffer, r.offset, config).bytes, r);
                  });
              });
     });
@@ -257,7 +255,7 @@ BOOST_AUTO_TEST_CASE(async_writes_on_one_context) {
              std::vector<transfer_handle> handles;
              for (std::size_t index : shuffled(rng, plan.ranges.size())) {
                  writer_range& r = plan.ranges[index];
-                 handles.push_back(async_write(context, f, r.buffer.data(), r.length, r.offset));
+                 handles.push_back(async_write(context, f, r.buffer, r.offset));
              }
              for (transfer_handle& h : handles)
                  (void)h.wait();
@@ -275,7 +273,7 @@ BOOST_AUTO_TEST_CASE(parallel_pieces_of_concurrent_writes) {
              const auto order = shuffled(rng, plan.ranges.size());
              race(order.size(), [&](std::size_t i) {
                  writer_range& r = plan.ranges[order[i]];
-                 require_whole(write(context, f, r.buffer.data(), r.length, r.offset).bytes, r);
+                 require_whole(write(context, f, r.buffer, r.offset).bytes, r);
              });
          });
 }
@@ -303,7 +301,7 @@ BOOST_AUTO_TEST_CASE(write_batches_racing_on_one_file) {
                          requests.size() == 2
                              ? rest
                              : std::uniform_int_distribution<std::size_t>(1, rest)(rng);
-                     requests.push_back({r.buffer.data() + at, take, r.offset + at});
+                     requests.push_back({nvmeio::memory(r.buffer).slice(at, take), r.offset + at});
                      at += take;
                  }
                  batches.push_back(std::move(requests));
@@ -342,19 +340,19 @@ BOOST_AUTO_TEST_CASE(ranges_0_5000_and_8192_12288_written_at_once_keep_both) {
             file f(path.str(), open_mode::write);
             BOOST_REQUIRE(f.is_direct());
             if (std::string(how) == "async_write") {
-                transfer_handle x = async_write(async, f, a.data(), 5000, 0);
-                transfer_handle y = async_write(async, f, b.data(), 4096, 8192);
+                transfer_handle x = async_write(async, f, a, 0);
+                transfer_handle y = async_write(async, f, b, 8192);
                 (void)x.wait();
                 (void)y.wait();
             } else if (std::string(how) == "write") {
                 race(2, [&](std::size_t i) {
-                    if (i == 0) (void)write(left, f, a.data(), 5000, 0);
-                    if (i == 1) (void)write(right, f, b.data(), 4096, 8192);
+                    if (i == 0) (void)write(left, f, a, 0);
+                    if (i == 1) (void)write(right, f, b, 8192);
                 });
             } else {
                 race(2, [&](std::size_t i) {
-                    if (i == 0) f.write_at(first.data(), 5000, 0);
-                    if (i == 1) f.write_at(second.data(), 4096, 8192);
+                    if (i == 0) f.write_at(first, 0);
+                    if (i == 1) f.write_at(second, 8192);
                 });
             }
             bad += nvmeio_test::slurp(path.str()) != expected;
@@ -384,7 +382,7 @@ BOOST_AUTO_TEST_CASE(sixteen_odd_tensors_through_a_two_worker_async_context_are_
         BOOST_REQUIRE(f.is_direct());
         std::vector<transfer_handle> handles;
         for (std::size_t i = 0; i < tensors; ++i)
-            handles.push_back(async_write(context, f, buffers[i].data(), size, i * stride));
+            handles.push_back(async_write(context, f, buffers[i], i * stride));
         for (transfer_handle& h : handles)
             (void)h.wait();
         const auto actual = nvmeio_test::slurp(path.str());
@@ -420,7 +418,7 @@ BOOST_AUTO_TEST_CASE(padded_writes_trimmed_with_trim_padding_race_safely_with_wr
             race(plan.ranges.size(), [&](std::size_t i) {
                 writer_range& r = plan.ranges[i];
                 if (i % 2 == 0) {
-                    f.write_at(r.bytes.data(), r.length, r.offset);
+                    f.write_at(r.bytes, r.offset);
                     return;
                 }
                 // A padded writer: merge the last unit by hand, as an engine would.
@@ -429,10 +427,10 @@ BOOST_AUTO_TEST_CASE(padded_writes_trimmed_with_trim_padding_race_safely_with_wr
                 f.reserve_range(r.offset, static_cast<std::size_t>(padded_end - r.offset));
                 aligned_buffer whole(static_cast<std::size_t>(padded_end - r.offset));
                 const std::uint64_t last = padded_end - unit;
-                const std::size_t got =
-                    f.read_at(whole.data() + (last - r.offset), unit, last);  // file's bytes
+                const std::size_t got = f.read_at(
+                    nvmeio::memory(whole).slice(last - r.offset, unit), last);  // file's bytes
                 std::memcpy(whole.data(), r.bytes.data(), r.length);
-                f.write_at(whole.data(), whole.size(), r.offset);
+                f.write_at(whole, r.offset);
                 (void)got;
                 // Where the file ended inside the last unit before, if it did: the test's own
                 // plan knows (a real engine reads it while merging).

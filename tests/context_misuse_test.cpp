@@ -198,21 +198,20 @@ BOOST_AUTO_TEST_CASE(second_thread_on_a_busy_aio_context_gets_a_logic_error_at_o
             gate::close();
             std::thread holder([&] {
                 try {
-                    first_bytes = read(context, f, first.data(), sample.bytes.size(), 0).bytes;
+                    first_bytes = read(context, f, first, 0).bytes;
                 } catch (const std::exception& e) {
                     first_error = e.what();
                 }
             });
             BOOST_TEST_REQUIRE(gate::wait_for_waiter());  // the first transfer is in submit
             const auto started = std::chrono::steady_clock::now();
+            BOOST_TEST(is_logic_error_naming([&] { (void)read(context, f, second, 0); },
+                                             "used by two threads at once"));
             BOOST_TEST(is_logic_error_naming(
-                [&] { (void)read(context, f, second.data(), sample.bytes.size(), 0); },
+                [&] { (void)write(context, f, nvmeio::memory(second).first(4096), 0); },
                 "used by two threads at once"));
-            BOOST_TEST(
-                is_logic_error_naming([&] { (void)write(context, f, second.data(), 4096, 0); },
-                                      "used by two threads at once"));
-            std::vector<batch_request> requests{{second.data(), 100, 0},
-                                                {second.data() + 4096, 5, 8192}};
+            std::vector<batch_request> requests{{nvmeio::memory(second).first(100), 0},
+                                                {nvmeio::memory(second).slice(4096, 5), 8192}};
             BOOST_TEST(is_logic_error_naming([&] { (void)read_batch(context, f, requests); },
                                              "used by two threads at once"));
             const bool prompt =
@@ -224,8 +223,7 @@ BOOST_AUTO_TEST_CASE(second_thread_on_a_busy_aio_context_gets_a_logic_error_at_o
             BOOST_TEST(first_bytes == sample.bytes.size());
             BOOST_TEST(std::memcmp(first.data(), sample.bytes.data(), sample.bytes.size()) == 0);
             // The flag is released: the context serves the next transfer.
-            BOOST_TEST(read(context, f, second.data(), sample.bytes.size(), 0).bytes ==
-                       sample.bytes.size());
+            BOOST_TEST(read(context, f, second, 0).bytes == sample.bytes.size());
             BOOST_TEST(std::memcmp(second.data(), sample.bytes.data(), sample.bytes.size()) == 0);
         }
     });
@@ -247,8 +245,7 @@ BOOST_AUTO_TEST_CASE(two_threads_racing_on_one_context_either_run_exactly_or_get
                 for (int i = 0; i < 300; ++i) {
                     try {
                         std::memset(target.data(), 0, sample.bytes.size());
-                        const std::size_t got =
-                            read(context, f, target.data(), sample.bytes.size(), 0).bytes;
+                        const std::size_t got = read(context, f, target, 0).bytes;
                         const bool same = got == sample.bytes.size() &&
                                           std::memcmp(target.data(), sample.bytes.data(),
                                                       sample.bytes.size()) == 0;
@@ -312,16 +309,13 @@ BOOST_AUTO_TEST_CASE(child_destroys_inherited_contexts_cleanly_and_the_parent_go
             BOOST_TEST(status == 0);
             // The parent's contexts still work, and exactly.
             aligned_buffer target(sample.bytes.size());
-            BOOST_TEST(read(*single, f, target.data(), sample.bytes.size(), 0).bytes ==
-                       sample.bytes.size());
+            BOOST_TEST(read(*single, f, target, 0).bytes == sample.bytes.size());
             BOOST_TEST(std::memcmp(target.data(), sample.bytes.data(), sample.bytes.size()) == 0);
             std::memset(target.data(), 0, sample.bytes.size());
-            BOOST_TEST(read(*parallel, f, target.data(), sample.bytes.size(), 0).bytes ==
-                       sample.bytes.size());
+            BOOST_TEST(read(*parallel, f, target, 0).bytes == sample.bytes.size());
             BOOST_TEST(std::memcmp(target.data(), sample.bytes.data(), sample.bytes.size()) == 0);
             std::memset(target.data(), 0, sample.bytes.size());
-            BOOST_TEST(async_read(*async, f, target.data(), sample.bytes.size(), 0).wait().bytes ==
-                       sample.bytes.size());
+            BOOST_TEST(async_read(*async, f, target, 0).wait().bytes == sample.bytes.size());
             BOOST_TEST(std::memcmp(target.data(), sample.bytes.data(), sample.bytes.size()) == 0);
         }
     });
@@ -339,7 +333,7 @@ BOOST_AUTO_TEST_CASE(child_using_inherited_contexts_gets_a_logic_error_and_new_o
             file f(sample.path.str(), open_mode::read_write);
             aligned_buffer target(sample.bytes.size());
             // A handle whose transfer is done in the parent, to be waited for in the child.
-            transfer_handle done = async_read(async, f, target.data(), sample.bytes.size(), 0);
+            transfer_handle done = async_read(async, f, target, 0);
             (void)done.wait();
             const std::size_t n = sample.bytes.size();
             struct use {
@@ -347,15 +341,14 @@ BOOST_AUTO_TEST_CASE(child_using_inherited_contexts_gets_a_logic_error_and_new_o
                 std::function<void()> call;
             };
             const std::vector<use> uses{
-                {"aio_context read", [&] { (void)read(single, f, target.data(), n, 0); }},
+                {"aio_context read", [&] { (void)read(single, f, target, 0); }},
                 {"aio_context write_batch",
                  [&] {
-                     (void)write_batch(single, f, {{target.data(), 10, 0}});
+                     (void)write_batch(single, f, {{nvmeio::memory(target).first(10), 0}});
                  }},
-                {"parallel_context read", [&] { (void)read(parallel, f, target.data(), n, 0); }},
+                {"parallel_context read", [&] { (void)read(parallel, f, target, 0); }},
                 {"parallel_context run", [&] { parallel.run(2, [](std::size_t, auto&) {}); }},
-                {"async_context submit",
-                 [&] { (void)async_read(async, f, target.data(), n, 0).wait(); }},
+                {"async_context submit", [&] { (void)async_read(async, f, target, 0).wait(); }},
                 {"async_context cancel_pending", [&] { (void)async.cancel_pending(); }},
                 {"transfer_handle wait", [&] { (void)done.wait(); }},
             };
@@ -369,13 +362,13 @@ BOOST_AUTO_TEST_CASE(child_using_inherited_contexts_gets_a_logic_error_and_new_o
             const int fresh = in_child("a new context in the child", [&] {
                 basic_aio_context<backend> own({4, block});
                 aligned_buffer mine(n);
-                if (read(own, f, mine.data(), n, 0).bytes != n) return 1;
+                if (read(own, f, mine, 0).bytes != n) return 1;
                 return std::memcmp(mine.data(), sample.bytes.data(), n) == 0 ? 0 : 2;
             });
             BOOST_TEST(fresh == 0);
             // And the parent's are untouched by all of it.
             std::memset(target.data(), 0, n);
-            BOOST_TEST(read(single, f, target.data(), n, 0).bytes == n);
+            BOOST_TEST(read(single, f, target, 0).bytes == n);
             BOOST_TEST(std::memcmp(target.data(), sample.bytes.data(), n) == 0);
         }
     });
@@ -414,8 +407,8 @@ BOOST_AUTO_TEST_CASE(fork_while_the_parent_transfers_leaves_the_parent_exact) {
                 aligned_buffer target(size);
                 try {
                     while (!stop.load()) {
-                        (void)write(single, f, sources[0].data(), size, 0);
-                        (void)read(single, f, target.data(), size, 0);
+                        (void)write(single, f, sources[0], 0);
+                        (void)read(single, f, target, 0);
                         if (std::memcmp(target.data(), expected[0].data(), size) != 0)
                             throw std::runtime_error("the busy thread read wrong bytes");
                         ++rounds;
@@ -427,7 +420,7 @@ BOOST_AUTO_TEST_CASE(fork_while_the_parent_transfers_leaves_the_parent_exact) {
             for (int child = 0; child < 5; ++child) {
                 std::vector<transfer_handle> handles;
                 for (int i = 1; i < tensors; ++i) {
-                    handles.push_back(async_write(*async, f, sources[i].data(), size,
+                    handles.push_back(async_write(*async, f, sources[i],
                                                   static_cast<std::uint64_t>(i) * 8 * block));
                 }
                 // Fork with transfers queued and running; the child drops everything it has.
@@ -467,7 +460,7 @@ BOOST_AUTO_TEST_CASE(child_writes_a_file_the_parent_is_writing_without_hanging) 
     std::thread writer([&] {
         while (!stop.load()) {
             // Under ASan only the size changes that allocate nothing (see the top of the file).
-            if (!NVMEIO_TEST_ASAN) f.write_at(bytes.data(), bytes.size(), 0);
+            if (!NVMEIO_TEST_ASAN) f.write_at(bytes, 0);
             f.truncate(rounds.load() % 2 == 0 ? 0 : bytes.size());
             ++rounds;
         }
@@ -477,7 +470,7 @@ BOOST_AUTO_TEST_CASE(child_writes_a_file_the_parent_is_writing_without_hanging) 
     for (int child = 0; child < 20; ++child) {
         const int status = in_child("writing a file whose size mutex the parent uses", [&] {
             std::error_code ec;
-            f.write_at(bytes.data(), bytes.size(), 80 * 4096, ec);
+            f.write_at(bytes, 80 * 4096, ec);
             return ec ? 1 : 0;
         });
         BOOST_TEST(status == 0);

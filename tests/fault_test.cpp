@@ -162,7 +162,7 @@ std::vector<batch_request> requests_for(front fe, std::byte* memory) {
     std::vector<batch_request> out;
     std::size_t at = 0;
     for (std::size_t size : sizes) {
-        out.push_back({memory + at, size, offset + at});
+        out.push_back({nvmeio::memory(memory + at, size), offset + at});
         at += size;
     }
     return out;
@@ -220,11 +220,14 @@ transfer_result run(rig<Inner>& r, setup& s, const cell& c) {
         transfer_result result;
         switch (c.fe) {
             case front::transfer:
-                return transfer(r.single, s.f, c.op, s.memory, length, offset, config);
+                return transfer(r.single, s.f, c.op, nvmeio::memory(s.memory, length), offset,
+                                config);
             case front::parallel:
-                return transfer(*r.parallel, s.f, c.op, s.memory, length, offset, config);
+                return transfer(*r.parallel, s.f, c.op, nvmeio::memory(s.memory, length), offset,
+                                config);
             case front::async: {
-                transfer_handle h = r.async->submit(s.f, c.op, s.memory, length, offset, config);
+                transfer_handle h =
+                    r.async->submit(s.f, c.op, nvmeio::memory(s.memory, length), offset, config);
                 return h.wait();
             }
             case front::batch_coalesced:
@@ -242,7 +245,7 @@ transfer_result run(rig<Inner>& r, setup& s, const cell& c) {
         for (std::size_t i = 0; i < requests.size(); ++i) {
             // A read ending early moves every byte before the end and none after it.
             if (i > 0 && outcome.results[i].bytes != 0)
-                BOOST_TEST(outcome.results[i - 1].bytes == requests[i - 1].length);
+                BOOST_TEST(outcome.results[i - 1].bytes == requests[i - 1].memory.size());
             result.bytes += outcome.results[i].bytes;
         }
         return result;
@@ -253,7 +256,7 @@ template <class Inner>
 transfer_result run(faulty_context<Inner>& context, setup& s, const cell& c) {
     const transfer_config config{c.strategy, c.submit, false};
     return nvmeio_test::within(bound, c.str(), [&] {
-        return transfer(context, s.f, c.op, s.memory, length, offset, config);
+        return transfer(context, s.f, c.op, nvmeio::memory(s.memory, length), offset, config);
     });
 }
 
@@ -632,7 +635,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(stripes_recover_from_faults_and_report_them, Inner
                     std::vector<unsigned char> buffer(logical);
                     if (op == operation::read) {  // lay the files out cleanly first
                         arm({});
-                        (void)write(context, set, logical.data(), length, 0, o);
+                        (void)write(context, set, logical, 0, o);
                         std::fill(buffer.begin(), buffer.end(), 0);
                     }
                     fault_plan plan;
@@ -640,9 +643,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(stripes_recover_from_faults_and_report_them, Inner
                     plan.probability = 0.3;
                     plan.seed = seed++;
                     arm(plan);
-                    const transfer_result done = nvmeio_test::within(bound, "stripes", [&] {
-                        return transfer(context, set, op, buffer.data(), length, 0, o);
-                    });
+                    const transfer_result done = nvmeio_test::within(
+                        bound, "stripes", [&] { return transfer(context, set, op, buffer, 0, o); });
                     BOOST_TEST(done.bytes == length);
                     BOOST_TEST((buffer == logical));
                     const std::vector<unsigned char> files[] = {nvmeio_test::slurp(a.str()),
@@ -667,16 +669,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(stripes_recover_from_faults_and_report_them, Inner
         stripe_set set({a.str(), b.str()}, open_mode::read_write, unit);
         std::vector<unsigned char> buffer(logical);
         arm({});
-        (void)write(context, set, logical.data(), length, 0);
+        (void)write(context, set, logical, 0);
         fault_plan plan;
         plan.kinds = {fault::event_eio};
         plan.schedule = {0};
         plan.max_faults = 1;
         arm(plan);
         try {
-            (void)nvmeio_test::within(bound, "stripes", [&] {
-                return transfer(context, set, op, buffer.data(), length, 0);
-            });
+            (void)nvmeio_test::within(bound, "stripes",
+                                      [&] { return transfer(context, set, op, buffer, 0); });
             BOOST_ERROR("the striped " << to_string(op) << " succeeded despite the fault");
         } catch (const io_error& e) {
             BOOST_TEST((e.code() == std::errc::io_error), e.what());
@@ -705,7 +706,7 @@ BOOST_AUTO_TEST_CASE(reap_failure_fails_only_the_batch_requests_not_finished) {
     std::vector<batch_request> requests;
     for (std::size_t i = 0; i < count; ++i) {  // gaps: one I/O per request
         targets.emplace_back(block);
-        requests.push_back({targets.back().data(), block, 2 * i * block});
+        requests.push_back({targets.back(), 2 * i * block});
     }
     for (strategy_kind strategy : {strategy_kind::sequential, strategy_kind::overlapped}) {
         BOOST_TEST_CONTEXT(to_string(strategy)) {

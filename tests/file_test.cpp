@@ -148,19 +148,19 @@ BOOST_AUTO_TEST_CASE(read_at_and_write_at_handle_any_alignment_on_a_direct_handl
     BOOST_TEST_REQUIRE(f.is_direct());
     // Unaligned read into an unaligned buffer.
     std::vector<unsigned char> got(100'001);
-    BOOST_TEST(f.read_at(got.data() + 1, 100'000, 12'345) == 100'000u);
+    BOOST_TEST(f.read_at(nvmeio::memory(got).slice(1, 100'000), 12'345) == 100'000u);
     BOOST_TEST(std::memcmp(got.data() + 1, expected.data() + 12'345, 100'000) == 0);
     // Unaligned write in the middle: the bytes around it stay.
     const auto patch = nvmeio_test::pattern(70'001, 8);
-    f.write_at(patch.data(), patch.size(), 3);
+    f.write_at(patch, 3);
     std::memcpy(expected.data() + 3, patch.data(), patch.size());
     BOOST_TEST(f.size() == size);
     BOOST_TEST((nvmeio_test::slurp(path.str()) == expected));
     // Unaligned write past the end grows the file to exactly its end.
-    f.write_at(patch.data(), 10, size + 7);
+    f.write_at(nvmeio::memory(patch).first(10), size + 7);
     BOOST_TEST(f.size() == size + 17);
     // Reading past the end returns what exists.
-    BOOST_TEST(f.read_at(got.data(), 1000, size + 10) == 7u);
+    BOOST_TEST(f.read_at(nvmeio::memory(got).first(1000), size + 10) == 7u);
 }
 
 BOOST_AUTO_TEST_CASE(truncate_sets_the_size) {
@@ -183,11 +183,11 @@ BOOST_AUTO_TEST_CASE(tmpfs_in_automatic_mode_gets_what_tmpfs_offers_and_exact_by
     {
         file out(path.str(), open_mode::write, direct_io::automatic);
         BOOST_TEST(out.is_direct() == tmpfs_direct);
-        write(context, out, source.data(), size, 0);
+        write(context, out, source, 0);
     }
     file in(path.str(), open_mode::read, direct_io::automatic);
     BOOST_TEST(in.is_direct() == tmpfs_direct);
-    BOOST_TEST(read(context, in, target.data(), size, 0).bytes == size);
+    BOOST_TEST(read(context, in, target, 0).bytes == size);
     BOOST_TEST(std::memcmp(source.data(), target.data(), size) == 0);
     BOOST_TEST(nvmeio_test::file_size(path.str()) == size);
 }
@@ -232,11 +232,11 @@ BOOST_AUTO_TEST_CASE(filesystem_refusing_o_direct_gives_fallback_in_automatic_an
     {
         file out(path.str(), open_mode::write, direct_io::automatic);
         BOOST_TEST(!out.is_direct());
-        write(context, out, source.data(), size, 0);
+        write(context, out, source, 0);
     }
     file in(path.str(), open_mode::read, direct_io::automatic);
     BOOST_TEST(!in.is_direct());
-    BOOST_TEST(read(context, in, target.data(), size, 0).bytes == size);
+    BOOST_TEST(read(context, in, target, 0).bytes == size);
     BOOST_TEST(std::memcmp(source.data(), target.data(), size) == 0);
 }
 
@@ -277,8 +277,8 @@ BOOST_AUTO_TEST_CASE(closed_and_moved_from_handles_name_their_file) {
         char byte = 0;
         const std::vector<std::function<void()>> operations = {
             [&] { (void)f->size(); },
-            [&] { (void)f->read_at(&byte, 1, 0); },
-            [&] { f->write_at(&byte, 1, 0); },
+            [&] { (void)f->read_at(nvmeio::memory(&byte, 1), 0); },
+            [&] { f->write_at(nvmeio::memory(&byte, 1), 0); },
             [&] { f->truncate(0); },
             [&] { f->sync(); },
         };
@@ -297,7 +297,7 @@ BOOST_AUTO_TEST_CASE(closed_and_moved_from_handles_name_their_file) {
         BOOST_TEST((ec == std::errc::bad_file_descriptor));
         aio_context context({2, 4096});
         try {
-            (void)read(context, *f, &byte, 1, 0);
+            (void)read(context, *f, nvmeio::memory(&byte, 1), 0);
             BOOST_ERROR("a transfer on a closed handle succeeded");
         } catch (const std::invalid_argument& e) {
             BOOST_TEST(contains(e.what(), path.str()), e.what());
@@ -326,11 +326,12 @@ BOOST_AUTO_TEST_CASE(read_at_of_the_last_bytes_below_int64_max_is_the_end_of_the
             BOOST_TEST(f.is_direct() == (direct == direct_io::on));
             std::vector<unsigned char> buffer(10'000, 7);
             for (const std::size_t length : {std::size_t{1}, std::size_t{10}, std::size_t{100}}) {
-                BOOST_TEST(f.read_at(buffer.data(), length, max_offset - length) == 0u);
+                BOOST_TEST(f.read_at(nvmeio::memory(buffer).first(length), max_offset - length) ==
+                           0u);
             }
             // Starting a unit earlier: the reachable units are read (nothing there), then the
             // last one is the end of the file too.
-            BOOST_TEST(f.read_at(buffer.data() + 1, 8291, max_offset - 8291) == 0u);
+            BOOST_TEST(f.read_at(nvmeio::memory(buffer).slice(1, 8291), max_offset - 8291) == 0u);
             BOOST_TEST(std::count(buffer.begin(), buffer.end(), 7) == 10'000);
         }
     }
@@ -355,12 +356,12 @@ BOOST_AUTO_TEST_CASE(read_at_of_existing_bytes_o_direct_cannot_address_is_eoverf
     }
     file buffered(path.str(), open_mode::read, direct_io::off);
     char got[3] = {};
-    BOOST_TEST(buffered.read_at(got, 3, max_offset - 3) == 3u);
+    BOOST_TEST(buffered.read_at(got, max_offset - 3) == 3u);
     BOOST_TEST(std::string(got, 3) == "xyz");
     file direct(path.str(), open_mode::read, direct_io::on);
     BOOST_TEST_REQUIRE(direct.is_direct());
     try {
-        (void)direct.read_at(got, 3, max_offset - 3);
+        (void)direct.read_at(got, max_offset - 3);
         BOOST_ERROR("O_DIRECT read the last unit below 2^63");
     } catch (const io_error& e) {
         BOOST_TEST((e.code() == std::errc::value_too_large), e.what());

@@ -15,7 +15,7 @@ set -euo pipefail
 root=${1:-$(dirname "$0")/../include}
 cd "$root/nvmeio"
 front_ends="strategy batch parallel async stripe verify staged"
-lower="error perf alignment transfer file file_modes aligned_allocator compare version backend/request cuda staging_ring"
+lower="error perf alignment memory transfer file file_modes aligned_allocator compare version backend/request cuda staging_ring"
 is_in() { local x=$1; shift; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
 includes() { sed -n 's|^#include "nvmeio/\(.*\)\.[hi]pp"|\1|p' "$1"; }  # FILE
 bad=0

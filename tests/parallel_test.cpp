@@ -46,14 +46,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(split_round_trip_is_byte_exact_for_uneven_sizes, T
                 std::memcpy(source.data(), expected.data(), size);
                 {
                     file out(path.str(), open_mode::write);
-                    BOOST_TEST(write(context, out, source.data(), size, 0).bytes == size);
+                    BOOST_TEST(write(context, out, source, 0).bytes == size);
                 }
                 BOOST_TEST(nvmeio_test::file_size(path.str()) == size);
                 BOOST_TEST((nvmeio_test::slurp(path.str()) == expected));
                 aligned_buffer target(size + 4096);
                 std::memset(target.data(), 0xAB, target.capacity());
                 file in(path.str(), open_mode::read);
-                BOOST_TEST(read(context, in, target.data(), size, 0).bytes == size);
+                BOOST_TEST(read(context, in, nvmeio::memory(target).first(size), 0).bytes == size);
                 BOOST_TEST(std::memcmp(target.data(), expected.data(), size) == 0);
                 BOOST_TEST(std::to_integer<int>(target.data()[size]) == 0xAB);
             }
@@ -71,10 +71,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(split_read_past_end_of_file_reports_the_bytes_that
     basic_parallel_context<TestType> context(options_for(4));
     file in(path.str(), open_mode::read);
     aligned_buffer target(10 * block);
-    const transfer_result got = read(context, in, target.data(), 10 * block, 0);
+    const transfer_result got = read(context, in, target, 0);
     BOOST_TEST(got.bytes == size);
     BOOST_TEST(std::memcmp(target.data(), bytes.data(), size) == 0);
-    BOOST_TEST(read(context, in, target.data(), block, 8 * block).bytes == 0u);
+    BOOST_TEST(read(context, in, nvmeio::memory(target).first(block), 8 * block).bytes == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(threads_are_created_once_and_reused) {
@@ -89,7 +89,7 @@ BOOST_AUTO_TEST_CASE(threads_are_created_once_and_reused) {
         file in(path.str(), open_mode::read);
         aligned_buffer target(size);
         for (int i = 0; i < 20; ++i)
-            (void)read(context, in, target.data(), size, 0);
+            (void)read(context, in, target, 0);
         BOOST_TEST(nvmeio_test::thread_count() == with_pool);
     }
     BOOST_TEST(nvmeio_test::thread_count() == before);
@@ -104,7 +104,7 @@ BOOST_AUTO_TEST_CASE(failure_in_one_piece_names_its_offset) {
     aligned_buffer target(size);
     nvmeio_test::offset_fault_backend::fail_offset = 5 * block + 100;
     try {
-        (void)read(context, in, target.data(), size, 0);
+        (void)read(context, in, target, 0);
         BOOST_ERROR("the injected failure was not reported");
     } catch (const io_error& e) {
         BOOST_TEST(e.code() == std::error_code(EIO, std::generic_category()));
@@ -113,10 +113,10 @@ BOOST_AUTO_TEST_CASE(failure_in_one_piece_names_its_offset) {
         BOOST_TEST(e.path() == path.str());
     }
     std::error_code ec;
-    (void)read(context, in, target.data(), size, 0, {}, ec);
+    (void)read(context, in, target, 0, {}, ec);
     BOOST_TEST(ec == std::error_code(EIO, std::generic_category()));
     nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
-    BOOST_TEST(read(context, in, target.data(), size, 0).bytes == size);
+    BOOST_TEST(read(context, in, target, 0).bytes == size);
 }
 
 BOOST_AUTO_TEST_CASE(several_callers_share_one_context) {
@@ -132,11 +132,11 @@ BOOST_AUTO_TEST_CASE(several_callers_share_one_context) {
             std::memcpy(buffer.data(), expected.data(), size);
             {
                 file out(path.str(), open_mode::write);
-                (void)write(context, out, buffer.data(), size, 0);
+                (void)write(context, out, buffer, 0);
             }
             std::memset(buffer.data(), 0, size);
             file in(path.str(), open_mode::read);
-            const std::size_t got = read(context, in, buffer.data(), size, 0).bytes;
+            const std::size_t got = read(context, in, buffer, 0).bytes;
             ok[t] = got == size && std::memcmp(buffer.data(), expected.data(), size) == 0;
         });
     }
@@ -155,7 +155,7 @@ BOOST_AUTO_TEST_CASE(measuring_merges_the_pieces) {
     aligned_buffer target(size);
     transfer_config config;
     config.measure = true;
-    const transfer_result got = read(context, in, target.data(), size, 0, config);
+    const transfer_result got = read(context, in, target, 0, config);
     BOOST_TEST(got.perf.bytes == size);
     BOOST_TEST(got.perf.requests == 16u);
     BOOST_TEST(got.perf.completion.count == 16u);
@@ -170,6 +170,8 @@ BOOST_AUTO_TEST_CASE(zero_threads_and_bad_rules_are_rejected) {
     parallel_context context(options_for(2));
     file in(path.str(), open_mode::read);
     aligned_buffer target(2 * block);
-    BOOST_CHECK_THROW((void)read(context, in, target.data() + 1, block, 0), std::invalid_argument);
-    BOOST_CHECK_THROW((void)read(context, in, target.data(), block, 100), std::invalid_argument);
+    BOOST_CHECK_THROW((void)read(context, in, nvmeio::memory(target).slice(1, block), 0),
+                      std::invalid_argument);
+    BOOST_CHECK_THROW((void)read(context, in, nvmeio::memory(target).first(block), 100),
+                      std::invalid_argument);
 }

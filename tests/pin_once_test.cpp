@@ -59,21 +59,21 @@ BOOST_AUTO_TEST_CASE(an_aligned_buffer_is_pinned_when_it_moves_again_and_stays_p
     aligned_buffer sink(size);
     nvmeio_test::fill_pattern(source.data(), size, 31);
     file f(path.str(), open_mode::write);
-    BOOST_TEST(write(context, f, source.data(), size, 0).bytes == size);
-    BOOST_TEST(read(context, f, sink.data(), size, 0).bytes == size);
+    BOOST_TEST(write(context, f, source, 0).bytes == size);
+    BOOST_TEST(read(context, f, sink, 0).bytes == size);
     BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), size, 31));
     const registration_use first = context.backend().registered_use();
     BOOST_TEST(first.pinned == 0u);  // used once: nothing pinned, costs what it did unpinned
     BOOST_TEST(first.fixed_buffer_requests == 0u);
     std::memset(sink.data(), 0, size);
-    BOOST_TEST(read(context, f, sink.data(), size, 0).bytes == size);
-    BOOST_TEST(write(context, f, source.data(), size, 0).bytes == size);
+    BOOST_TEST(read(context, f, sink, 0).bytes == size);
+    BOOST_TEST(write(context, f, source, 0).bytes == size);
     BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), size, 31));
     const registration_use second = context.backend().registered_use();
     BOOST_TEST(second.pinned == 2u);  // one piece of each buffer, at its first request
     BOOST_TEST(second.fixed_buffer_requests == 32u);  // 16 requests each way, every one fixed
     BOOST_TEST(second.pin_refused == 0);
-    BOOST_TEST(read(context, f, sink.data(), size, 0).bytes == size);
+    BOOST_TEST(read(context, f, sink, 0).bytes == size);
     const registration_use third = context.backend().registered_use();
     BOOST_TEST(third.pinned == 2u);  // nothing pinned twice
     BOOST_TEST(third.fixed_buffer_requests == 48u);
@@ -92,8 +92,8 @@ BOOST_AUTO_TEST_CASE(memory_nvmeio_did_not_allocate_stays_unpinned) {
         ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     BOOST_TEST_REQUIRE(mapped != MAP_FAILED);
     for (int pass = 0; pass < 2; ++pass) {  // a second pass would pin nvmeio's memory
-        BOOST_TEST(read(context, f, vector.data(), size, 0).bytes == size);
-        BOOST_TEST(read(context, f, mapped, size, 0).bytes == size);
+        BOOST_TEST(read(context, f, vector, 0).bytes == size);
+        BOOST_TEST(read(context, f, nvmeio::memory(mapped, size), 0).bytes == size);
     }
     BOOST_TEST(nvmeio_test::holds_pattern(vector.data(), size, 32));
     BOOST_TEST(nvmeio_test::holds_pattern(mapped, size, 32));
@@ -112,8 +112,8 @@ BOOST_AUTO_TEST_CASE(turned_off_it_leaves_every_request_plain) {
     uring_context context(options);
     file f(path.str(), open_mode::read);
     aligned_buffer sink(4 * block);
-    BOOST_TEST(read(context, f, sink.data(), 4 * block, 0).bytes == 4 * block);
-    BOOST_TEST(read(context, f, sink.data(), 4 * block, 0).bytes == 4 * block);
+    BOOST_TEST(read(context, f, sink, 0).bytes == 4 * block);
+    BOOST_TEST(read(context, f, sink, 0).bytes == 4 * block);
     BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), 4 * block, 33));
     BOOST_TEST(context.backend().registered_use().pinned == 0u);
     BOOST_TEST(context.backend().registered_use().fixed_buffer_requests == 0u);
@@ -140,8 +140,8 @@ BOOST_AUTO_TEST_CASE(memory_freed_and_allocated_again_at_the_same_address_gets_i
     {
         aligned_buffer a(size);
         old_address = a.data();
-        BOOST_TEST(read(context, first, a.data(), size, 0).bytes == size);
-        BOOST_TEST(read(context, first, a.data(), size, 0).bytes == size);  // pins it
+        BOOST_TEST(read(context, first, a, 0).bytes == size);
+        BOOST_TEST(read(context, first, a, 0).bytes == size);  // pins it
         BOOST_TEST(nvmeio_test::holds_pattern(a.data(), size, 34));
         BOOST_TEST(context.backend().registered_use().pinned == 1u);
     }
@@ -156,11 +156,11 @@ BOOST_AUTO_TEST_CASE(memory_freed_and_allocated_again_at_the_same_address_gets_i
     }
     for (int pass = 0; pass < 2; ++pass) {  // through the old slot, were it left; then pinned
         std::memset(b.data(), 0, size);
-        BOOST_TEST(read(context, second, b.data(), size, 0).bytes == size);
+        BOOST_TEST(read(context, second, b, 0).bytes == size);
         BOOST_TEST(nvmeio_test::holds_pattern(b.data(), size, 35), "pass " << pass);
     }
     file written(written_path.str(), open_mode::write);
-    BOOST_TEST(write(context, written, b.data(), size, 0).bytes == size);
+    BOOST_TEST(write(context, written, b, 0).bytes == size);
     BOOST_TEST(nvmeio_test::slurp(written_path.str()) == nvmeio_test::pattern(size, 35));
     BOOST_TEST(context.backend().registered_use().pinned == 2u);
 }
@@ -173,18 +173,18 @@ BOOST_AUTO_TEST_CASE(a_buffer_may_outlive_the_rings_that_pinned_it_and_the_other
     aligned_buffer kept(4 * block);
     {
         uring_context brief({4, block});
-        BOOST_TEST(read(brief, f, kept.data(), 4 * block, 0).bytes == 4 * block);
-        BOOST_TEST(read(brief, f, kept.data(), 4 * block, 0).bytes == 4 * block);
+        BOOST_TEST(read(brief, f, kept, 0).bytes == 4 * block);
+        BOOST_TEST(read(brief, f, kept, 0).bytes == 4 * block);
         BOOST_TEST(brief.backend().registered_use().pinned == 1u);
     }  // the ring goes first: freeing `kept` later must not reach it
     uring_context lasting({4, block});
     {
         aligned_buffer brief(4 * block);
-        BOOST_TEST(read(lasting, f, brief.data(), 4 * block, 0).bytes == 4 * block);
-        BOOST_TEST(read(lasting, f, brief.data(), 4 * block, 0).bytes == 4 * block);
+        BOOST_TEST(read(lasting, f, brief, 0).bytes == 4 * block);
+        BOOST_TEST(read(lasting, f, brief, 0).bytes == 4 * block);
         BOOST_TEST(nvmeio_test::holds_pattern(brief.data(), 4 * block, 36));
     }
-    BOOST_TEST(read(lasting, f, kept.data(), 4 * block, 0).bytes == 4 * block);
+    BOOST_TEST(read(lasting, f, kept, 0).bytes == 4 * block);
     BOOST_TEST(nvmeio_test::holds_pattern(kept.data(), 4 * block, 36));
     BOOST_TEST(lasting.backend().registered_use().unpinned == 1u);
 }
@@ -218,7 +218,7 @@ BOOST_AUTO_TEST_CASE(every_worker_of_a_parallel_context_pins_with_its_own_ring) 
     std::vector<registration_use> seen;
     for (int pass = 0; pass < 8; ++pass) {
         std::memset(sink.data(), 0, size);
-        BOOST_TEST(transfer(context, f, operation::read, sink.data(), size, 0).bytes == size);
+        BOOST_TEST(transfer(context, f, operation::read, sink, 0).bytes == size);
         BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), size, 37), "pass " << pass);
         seen = each_worker();
         if (pass > 0 && seen.size() == 2 && seen[0].pinned != 0 && seen[1].pinned != 0) break;
@@ -241,8 +241,7 @@ BOOST_AUTO_TEST_CASE(an_async_context_moves_exact_bytes_through_buffers_freed_an
         aligned_buffer sink(size);
         for (int pass = 0; pass < 2; ++pass) {  // the second pins it
             std::memset(sink.data(), 0, size);
-            BOOST_TEST(context.submit(f, operation::read, sink.data(), size, 0).wait().bytes ==
-                       size);
+            BOOST_TEST(context.submit(f, operation::read, sink, 0).wait().bytes == size);
             BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), size, 38),
                        "round " << round << " pass " << pass);
         }
@@ -260,7 +259,7 @@ BOOST_AUTO_TEST_CASE(a_batch_keeps_its_bounce_arena_pinned_for_the_next_batch) {
     unsigned char* const sink = storage.data() + 1;  // off any alignment: every byte bounces
     std::vector<batch_request> requests;
     for (std::size_t at = 0; at < size; at += 2 * block)
-        requests.push_back({sink + at, 2 * block, at});
+        requests.push_back({nvmeio::memory(sink + at, 2 * block), at});
     batch_options options;
     for (int round = 0; round < 3; ++round) {
         std::memset(sink, 0, size);
@@ -298,7 +297,8 @@ BOOST_AUTO_TEST_CASE(threads_pinning_and_freeing_at_once_keep_exact_bytes) {
             // rings cover the span moved so far, which takes this thread two to four reads,
             // depending on how the others' first reads fall in between.
             for (int pass = 0; pass < 8 && context.backend().registered_use().pinned == 0; ++pass) {
-                if (read(context, f, shared->data() + t * block, block, 0).bytes != block)
+                if (read(context, f, nvmeio::memory(*shared).slice(t * block, block), 0).bytes !=
+                    block)
                     ++failures;
             }
             ++ready;
@@ -309,7 +309,7 @@ BOOST_AUTO_TEST_CASE(threads_pinning_and_freeing_at_once_keep_exact_bytes) {
                 const auto expected = nvmeio_test::pattern(size, 40);
                 for (int pass = 0; pass < 2; ++pass) {
                     std::memset(sink.data(), 0, length);
-                    if (read(context, f, sink.data(), length, offset).bytes != length) ++failures;
+                    if (read(context, f, sink, offset).bytes != length) ++failures;
                     if (std::memcmp(sink.data(), expected.data() + offset, length) != 0) ++failures;
                 }
             }
@@ -362,14 +362,14 @@ BOOST_AUTO_TEST_CASE(a_refused_pin_leaves_requests_plain_and_is_said_once) {
             for (int round = 0; round < 3; ++round) {
                 aligned_buffer sink(size);
                 for (int pass = 0; pass < 2; ++pass) {  // the second tries to pin
-                    if (read(context, f, sink.data(), size, 0).bytes != size) ::_exit(13);
+                    if (read(context, f, sink, 0).bytes != size) ::_exit(13);
                     if (!nvmeio_test::holds_pattern(sink.data(), size, 41)) ::_exit(14);
                 }
             }
             uring_context other({8, block});
             aligned_buffer sink(size);
             for (int pass = 0; pass < 2; ++pass) {  // refused too, and not said again
-                if (read(other, f, sink.data(), size, 0).bytes != size) ::_exit(15);
+                if (read(other, f, sink, 0).bytes != size) ::_exit(15);
             }
             const registration_use use = context.backend().registered_use();
             if (use.pin_refused != ENOMEM) ::_exit(16);
@@ -404,8 +404,8 @@ BOOST_AUTO_TEST_CASE(a_child_after_fork_freeing_a_buffer_leaves_the_parents_ring
     uring_context context({4, block});
     file f(path.str(), open_mode::read);
     auto sink = std::make_unique<aligned_buffer>(4 * block);
-    BOOST_TEST(read(context, f, sink->data(), 4 * block, 0).bytes == 4 * block);
-    BOOST_TEST(read(context, f, sink->data(), 4 * block, 0).bytes == 4 * block);
+    BOOST_TEST(read(context, f, *sink, 0).bytes == 4 * block);
+    BOOST_TEST(read(context, f, *sink, 0).bytes == 4 * block);
     BOOST_TEST_REQUIRE(context.backend().registered_use().pinned == 1u);
     const pid_t child = ::fork();
     BOOST_TEST_REQUIRE(child >= 0);
@@ -417,7 +417,7 @@ BOOST_AUTO_TEST_CASE(a_child_after_fork_freeing_a_buffer_leaves_the_parents_ring
     BOOST_TEST_REQUIRE(::waitpid(child, &status, 0) == child);
     BOOST_TEST(WIFEXITED(status));
     std::memset(sink->data(), 0, 4 * block);
-    BOOST_TEST(read(context, f, sink->data(), 4 * block, 0).bytes == 4 * block);
+    BOOST_TEST(read(context, f, *sink, 0).bytes == 4 * block);
     BOOST_TEST(nvmeio_test::holds_pattern(sink->data(), 4 * block, 42));
     BOOST_TEST(context.backend().registered_use().unpinned == 0u);
     BOOST_TEST(context.backend().registered_use().fixed_buffer_requests == 8u);

@@ -65,8 +65,9 @@ request_log run(basic_aio_context<recording_backend<Backend>>& context, file& f,
                 aligned_buffer& memory, std::size_t size, const Config& config,
                 transfer_result& result) {
     context.backend().log = {};
-    result = op == operation::read ? read(context, f, memory, size, 0, config)
-                                   : write(context, f, memory, size, 0, config);
+    result = op == operation::read
+                 ? read(context, f, nvmeio::memory(memory).first(size), 0, config)
+                 : write(context, f, nvmeio::memory(memory).first(size), 0, config);
     return context.backend().log;
 }
 
@@ -163,8 +164,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_policy_on_a_one_thread_parallel_context_runs_its
     const auto read_with = [&](const auto& settings, bool throwing, transfer_result& result) {
         nvmeio_test::fill_pattern(memory.data(), size, 9);
         std::error_code ec;
-        result = throwing ? read(context, f, memory, size, 0, settings)
-                          : read(context, f, memory, size, 0, settings, ec);
+        result = throwing ? read(context, f, memory, 0, settings)
+                          : read(context, f, memory, 0, settings, ec);
         BOOST_TEST(!ec);
         BOOST_TEST(result.bytes == size);
         BOOST_TEST(nvmeio_test::holds_pattern(memory.data(), size, 7));

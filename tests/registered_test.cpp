@@ -71,8 +71,9 @@ BOOST_AUTO_TEST_CASE(transfers_through_registered_buffers_and_files_are_byte_exa
     for (const transfer_config& config : nvmeio_test::every_config()) {
         std::memset(sink.data, 0, size);
         const registration_use before = backend.registered_use();
-        BOOST_TEST(write(context, target, source.data, size, 0, config).bytes == size);
-        BOOST_TEST(read(context, target, sink.data, size, 0, config).bytes == size);
+        BOOST_TEST(write(context, target, nvmeio::memory(source.data, size), 0, config).bytes ==
+                   size);
+        BOOST_TEST(read(context, target, nvmeio::memory(sink.data, size), 0, config).bytes == size);
         BOOST_TEST(std::memcmp(sink.data, bytes.data(), size) == 0);
         // 17 requests each way, at least: every one of them used both registrations.
         const registration_use after = backend.registered_use();
@@ -95,7 +96,7 @@ BOOST_AUTO_TEST_CASE(every_front_end_transfers_through_a_registered_file) {
     aligned_buffer into(4 * block);
 
     const registration_use before = context.backend().registered_use();
-    const batch_outcome batch = read_batch(context, target, {{into.data(), 4 * block, 0}});
+    const batch_outcome batch = read_batch(context, target, {{into, 0}});
     BOOST_TEST(batch.results.at(0).bytes == 4 * block);
     BOOST_TEST(std::memcmp(into.data(), bytes.data(), 4 * block) == 0);
     BOOST_TEST(context.backend().registered_use().fixed_file_requests > before.fixed_file_requests);
@@ -103,11 +104,11 @@ BOOST_AUTO_TEST_CASE(every_front_end_transfers_through_a_registered_file) {
     // Other rings see the descriptor as any other (byte-exact, not through the registration).
     basic_parallel_context<io_uring_backend> parallel({2, {4, block}});
     std::memset(into.data(), 0, 4 * block);
-    BOOST_TEST(read(parallel, target, into.data(), 4 * block, 0).bytes == 4 * block);
+    BOOST_TEST(read(parallel, target, into, 0).bytes == 4 * block);
     BOOST_TEST(std::memcmp(into.data(), bytes.data(), 4 * block) == 0);
     basic_async_context<io_uring_backend> async({1, {4, block}});
     std::memset(into.data(), 0, 4 * block);
-    BOOST_TEST(async_read(async, target, into.data(), 4 * block, 0).wait().bytes == 4 * block);
+    BOOST_TEST(async_read(async, target, into, 0).wait().bytes == 4 * block);
     BOOST_TEST(std::memcmp(into.data(), bytes.data(), 4 * block) == 0);
 }
 
@@ -131,13 +132,15 @@ BOOST_AUTO_TEST_CASE(memory_and_descriptors_outside_the_registrations_take_the_p
     std::vector<std::byte, aligned_allocator<std::byte>> plain(2 * block);
 
     const registration_use before = backend.registered_use();
-    BOOST_TEST(read(context, other, plain.data(), 2 * block, 0).bytes == 2 * block);
+    BOOST_TEST(read(context, other, plain, 0).bytes == 2 * block);
     BOOST_TEST(std::memcmp(plain.data(), b_bytes.data(), 2 * block) == 0);
     BOOST_TEST(backend.registered_use().fixed_buffer_requests == before.fixed_buffer_requests);
     BOOST_TEST(backend.registered_use().fixed_file_requests == before.fixed_file_requests);
     // A registered buffer, but a range running past its end: that request goes plain too.
     const registered_buffer first = backend.registered_buffer_at(0);
-    BOOST_TEST(read(context, backend.registered_file(0), first.data, block, 0).bytes == block);
+    BOOST_TEST(
+        read(context, backend.registered_file(0), nvmeio::memory(first.data, block), 0).bytes ==
+        block);
     BOOST_TEST(std::memcmp(first.data, a_bytes.data(), block) == 0);
     BOOST_TEST(backend.registered_use().fixed_buffer_requests == before.fixed_buffer_requests + 1);
 }
@@ -169,7 +172,7 @@ BOOST_AUTO_TEST_CASE(unregistering_hands_the_same_buffers_and_open_files_back) {
     BOOST_TEST(backend.registered_file_count() == 0u);
     // Still open and usable; nothing registered is used any more.
     uring_context context({2, block});
-    BOOST_TEST(read(context, files_back[0], back[1].data(), block, 0).bytes == block);
+    BOOST_TEST(read(context, files_back[0], back[1], 0).bytes == block);
     BOOST_TEST(std::memcmp(back[1].data(), bytes.data(), block) == 0);
     BOOST_TEST(backend.unregister_buffers().empty());
     BOOST_TEST(backend.unregister_files().empty());
@@ -272,7 +275,8 @@ template <class F, class = void>
 struct can_submit : std::false_type {};
 template <class F>
 struct can_submit<F, std::void_t<decltype(std::declval<async_context&>().submit(
-                         std::declval<F>(), operation::read, nullptr, 0, 0))>> : std::true_type {};
+                         std::declval<F>(), operation::read, mutable_memory(), 0))>>
+    : std::true_type {};
 static_assert(can_submit<const file&>::value && can_submit<file&>::value);
 static_assert(!can_submit<file>::value);
 
@@ -295,7 +299,7 @@ BOOST_AUTO_TEST_CASE(a_registered_file_closed_behind_the_backend_is_never_used_f
     file second(second_path.str(), open_mode::read);
     BOOST_TEST_REQUIRE(second.native_handle() == number, "the kernel did not reuse the number");
     aligned_buffer into(block);
-    BOOST_TEST(read(context, second, into.data(), block, 0).bytes == block);
+    BOOST_TEST(read(context, second, into, 0).bytes == block);
     BOOST_TEST(std::memcmp(into.data(), second_bytes.data(), block) == 0);
     BOOST_TEST(context.backend().registered_use().fixed_file_requests == 0u);
 }

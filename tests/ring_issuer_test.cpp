@@ -136,7 +136,7 @@ BOOST_AUTO_TEST_CASE(a_ring_serves_the_first_thread_that_moves_bytes_with_the_ne
     const bool newest = kernel_takes(one_thread);
     // Made on this thread, bound on the worker's first transfer: the worker is the issuer.
     on_another_thread([&] {
-        BOOST_TEST(read(context, f, sink.data(), 8 * block, 0).bytes == 8 * block);
+        BOOST_TEST(read(context, f, sink, 0).bytes == 8 * block);
         BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), 8 * block, 51));
     });
     const unsigned flags = context.backend().setup_flags();
@@ -159,9 +159,8 @@ BOOST_AUTO_TEST_CASE(turned_off_the_ring_serves_any_thread_from_the_start) {
     options.single_issuer = false;
     uring_context context(options);
     BOOST_TEST((context.backend().setup_flags() & IORING_SETUP_SINGLE_ISSUER) == 0u);
-    BOOST_TEST(read(context, f, sink.data(), 4 * block, 0).bytes == 4 * block);
-    on_another_thread(
-        [&] { BOOST_TEST(read(context, f, sink.data(), 4 * block, 0).bytes == 4 * block); });
+    BOOST_TEST(read(context, f, sink, 0).bytes == 4 * block);
+    on_another_thread([&] { BOOST_TEST(read(context, f, sink, 0).bytes == 4 * block); });
     BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), 4 * block, 52));
     BOOST_TEST((context.backend().setup_flags() & IORING_SETUP_SINGLE_ISSUER) == 0u);
 }
@@ -190,15 +189,15 @@ BOOST_AUTO_TEST_CASE(a_context_that_moves_to_another_thread_keeps_its_registrati
     auto round = [&](int n) {
         const registration_use before = context.backend().registered_use();
         std::memset(mine.data, 0, size);
-        BOOST_TEST(read(context, source, mine.data, size, 0).bytes == size);
+        BOOST_TEST(read(context, source, nvmeio::memory(mine.data, size), 0).bytes == size);
         BOOST_TEST(nvmeio_test::holds_pattern(mine.data, size, 53), "round " << n);
         for (int pass = 0; pass < 2; ++pass) {  // pinned on the second pass of the first round
             std::memset(pinned.data(), 0, size);
-            BOOST_TEST(read(context, source, pinned.data(), size, 0).bytes == size);
+            BOOST_TEST(read(context, source, pinned, 0).bytes == size);
             BOOST_TEST(nvmeio_test::holds_pattern(pinned.data(), size, 53),
                        "round " << n << " pass " << pass);
         }
-        BOOST_TEST(write(context, out, pinned.data(), size, 0).bytes == size);
+        BOOST_TEST(write(context, out, pinned, 0).bytes == size);
         const registration_use after = context.backend().registered_use();
         BOOST_TEST(after.fixed_file_requests - before.fixed_file_requests == 3 * requests,
                    "round " << n);
@@ -227,20 +226,18 @@ BOOST_AUTO_TEST_CASE(registering_on_another_thread_moves_the_ring_there) {
     uring_context context({4, block});
     aligned_buffer sink(4 * block);
     file plain(path.str(), open_mode::read);
-    BOOST_TEST(read(context, plain, sink.data(), 4 * block, 0).bytes == 4 * block);  // binds
+    BOOST_TEST(read(context, plain, sink, 0).bytes == 4 * block);  // binds
     on_another_thread([&] {
         std::vector<file> files;
         files.emplace_back(path.str(), open_mode::read);
         context.backend().register_files(std::move(files));
         std::memset(sink.data(), 0, 4 * block);
-        BOOST_TEST(
-            read(context, context.backend().registered_file(0), sink.data(), 4 * block, 0).bytes ==
-            4 * block);
+        BOOST_TEST(read(context, context.backend().registered_file(0), sink, 0).bytes == 4 * block);
         BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), 4 * block, 56));
     });
     BOOST_TEST(context.backend().registered_use().fixed_file_requests == 4u);
     BOOST_TEST(context.backend().unregister_files().size() == 1u);  // from this thread again
-    BOOST_TEST(read(context, plain, sink.data(), 4 * block, 0).bytes == 4 * block);
+    BOOST_TEST(read(context, plain, sink, 0).bytes == 4 * block);
     BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), 4 * block, 56));
 }
 
@@ -264,7 +261,7 @@ BOOST_AUTO_TEST_CASE(memory_freed_on_another_thread_is_forgotten_at_once_and_let
     const std::byte* const old_address = a->data();
     worker.run([&] {
         for (int pass = 0; pass < 2; ++pass)  // the second pins it
-            BOOST_TEST(read(context, first, a->data(), size, 0).bytes == size);
+            BOOST_TEST(read(context, first, *a, 0).bytes == size);
         BOOST_TEST(nvmeio_test::holds_pattern(a->data(), size, 54));
     });
     BOOST_TEST_REQUIRE(context.backend().registered_use().pinned == 1u);
@@ -284,11 +281,11 @@ BOOST_AUTO_TEST_CASE(memory_freed_on_another_thread_is_forgotten_at_once_and_let
     std::vector<std::byte, aligned_allocator<std::byte>> elsewhere(block);
     worker.run([&] {
         // Memory nvmeio did not allocate: nothing pinned, but the ring's thread lets go first.
-        BOOST_TEST(read(context, second, elsewhere.data(), block, 0).bytes == block);
+        BOOST_TEST(read(context, second, elsewhere, 0).bytes == block);
         BOOST_TEST(pinned_kib() <= held - static_cast<long>(size >> 10));
         for (int pass = 0; pass < 2; ++pass) {  // through the old slot, were it left; then pinned
             std::memset(b.data(), 0, size);
-            BOOST_TEST(read(context, second, b.data(), size, 0).bytes == size);
+            BOOST_TEST(read(context, second, b, 0).bytes == size);
             BOOST_TEST(nvmeio_test::holds_pattern(b.data(), size, 55), "pass " << pass);
         }
     });

@@ -128,14 +128,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(transfers_under_a_signal_storm_are_byte_exact, Bac
                 nvmeio_test::fill_pattern(source.data(), size, round);
                 {
                     file out(path.str(), open_mode::write, direct);
-                    if (write(*context, out, source, size, 0, config).bytes != size) {
+                    if (write(*context, out, source, 0, config).bytes != size) {
                         failure = what + ": short write";
                     }
                 }
                 if (nvmeio_test::file_size(path.str()) != size) failure = what + ": wrong size";
                 file in(path.str(), open_mode::read, direct);
                 std::memset(back.data(), 0, size);
-                if (read(*context, in, back, size, 0, config).bytes != size) {
+                if (read(*context, in, back, 0, config).bytes != size) {
                     failure = what + ": short read";
                 }
                 if (std::memcmp(back.data(), source.data(), size) != 0) {
@@ -208,7 +208,7 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_canceled_for_want_of_a_worker_thread_are_
                 ::setrlimit(RLIMIT_NPROC, &none);
                 lowered.store(true);
                 const transfer_result wrote =
-                    write(context, out, source, size, 0,
+                    write(context, out, source, 0,
                           {strategy_kind::overlapped, submit_mode::block, /*measure=*/true});
                 const std::vector<unsigned char> now = nvmeio_test::slurp(path.str());
                 const bool exact =

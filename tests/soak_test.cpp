@@ -212,9 +212,12 @@ bool run_one(const plan& p, file& f, const reference& ref, context_pool& context
     auto transfer_it = [&] {
         return nvmeio_test::within(std::chrono::seconds(120), p.str(), [&] {
             if (p.faulty) {
-                return transfer(contexts.faulty(p), f, p.op, buffer, p.size, p.offset, p.config);
+                return transfer(contexts.faulty(p), f, p.op,
+                                nvmeio::memory(storage).slice(p.misalign, p.size), p.offset,
+                                p.config);
             }
-            return transfer(contexts.plain(p), f, p.op, buffer, p.size, p.offset, p.config);
+            return transfer(contexts.plain(p), f, p.op,
+                            nvmeio::memory(storage).slice(p.misalign, p.size), p.offset, p.config);
         });
     };
 

@@ -65,8 +65,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(striped_round_trip_is_exact_and_lays_out_each_file
                 for (const batch_options& options : {batch_options{}, one_unit_ios}) {
                     {
                         stripe_set out(scratch.names, open_mode::write, unit);
-                        BOOST_TEST(write(context, out, expected.data(), size, 0, options).bytes ==
-                                   size);
+                        BOOST_TEST(write(context, out, expected, 0, options).bytes == size);
                     }
                     // Every file holds its stripe units, read with plain POSIX calls.
                     std::vector<std::vector<unsigned char>> files;
@@ -82,7 +81,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(striped_round_trip_is_exact_and_lays_out_each_file
                     BOOST_TEST(mismatches == 0u);
                     stripe_set in(scratch.names, open_mode::read, unit);
                     std::vector<unsigned char> target(size + 1, 0xAB);
-                    BOOST_TEST(read(context, in, target.data(), size, 0, options).bytes == size);
+                    BOOST_TEST(
+                        read(context, in, nvmeio::memory(target).first(size), 0, options).bytes ==
+                        size);
                     BOOST_TEST(std::memcmp(target.data(), expected.data(), size) == 0);
                     BOOST_TEST(target[size] == 0xAB);
                 }
@@ -98,14 +99,14 @@ BOOST_AUTO_TEST_CASE(striped_read_past_the_end_stops_at_the_first_missing_byte) 
     const auto expected = nvmeio_test::pattern(size, 21);
     {
         stripe_set out(scratch.names, open_mode::write, unit);
-        (void)write(context, out, expected.data(), size, 0);
+        (void)write(context, out, expected, 0);
     }
     stripe_set in(scratch.names, open_mode::read, unit);
     std::vector<unsigned char> target(12 * unit);
-    BOOST_TEST(read(context, in, target.data(), target.size(), 0).bytes == size);
+    BOOST_TEST(read(context, in, target, 0).bytes == size);
     BOOST_TEST(std::memcmp(target.data(), expected.data(), size) == 0);
     // From an offset inside the data.
-    BOOST_TEST(read(context, in, target.data(), target.size(), 2 * unit).bytes == size - 2 * unit);
+    BOOST_TEST(read(context, in, target, 2 * unit).bytes == size - 2 * unit);
 }
 
 BOOST_AUTO_TEST_CASE(failure_names_the_file_and_its_offset) {
@@ -114,7 +115,8 @@ BOOST_AUTO_TEST_CASE(failure_names_the_file_and_its_offset) {
     const std::size_t size = 8 * unit;
     {
         stripe_set out(scratch.names, open_mode::write, unit);
-        (void)write(context, out, nvmeio_test::pattern(size, 3).data(), size, 0);
+        const auto bytes = nvmeio_test::pattern(size, 3);
+        (void)write(context, out, bytes, 0);
     }
     stripe_set in(scratch.names, open_mode::read, unit);
     std::vector<unsigned char> target(size);
@@ -122,7 +124,7 @@ BOOST_AUTO_TEST_CASE(failure_names_the_file_and_its_offset) {
     // first in logical order is unit 4, in file 0.
     nvmeio_test::offset_fault_backend::fail_offset = 2 * unit + 1;
     try {
-        (void)read(context, in, target.data(), size, 0);
+        (void)read(context, in, target, 0);
         BOOST_ERROR("the injected failure was not thrown");
     } catch (const io_error& e) {
         BOOST_TEST(e.code() == std::error_code(EIO, std::generic_category()));
@@ -131,15 +133,15 @@ BOOST_AUTO_TEST_CASE(failure_names_the_file_and_its_offset) {
     }
     // The std::error_code forms report the same failure instead of throwing it.
     std::error_code ec;
-    const transfer_result r = read(context, in, target.data(), size, 0, {}, ec);
+    const transfer_result r = read(context, in, target, 0, {}, ec);
     BOOST_TEST(ec == std::error_code(EIO, std::generic_category()));
     BOOST_TEST(r.bytes == 0u);
     stripe_set again(scratch.names, open_mode::read_write, unit);
     nvmeio_test::offset_fault_backend::fail_offset = 3 * unit;  // logical unit 6, file 0
-    (void)write(context, again, target.data(), size, 0, {}, ec);
+    (void)write(context, again, target, 0, {}, ec);
     BOOST_TEST(ec == std::error_code(EIO, std::generic_category()));
     nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
-    (void)write(context, again, target.data(), size, 0, {}, ec);
+    (void)write(context, again, target, 0, {}, ec);
     BOOST_TEST(!ec);
 }
 
@@ -151,7 +153,7 @@ BOOST_AUTO_TEST_CASE(bad_stripe_settings_are_rejected) {
     stripe_set set(scratch.names, open_mode::write, unit);
     parallel_context context(options_for(2));
     std::vector<unsigned char> buffer(unit);
-    BOOST_CHECK_THROW((void)write(context, set, buffer.data(), unit, 100), std::invalid_argument);
+    BOOST_CHECK_THROW((void)write(context, set, buffer, 100), std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_CASE(aligned_buffers_round_trip_on_the_zero_copy_path) {
@@ -163,7 +165,7 @@ BOOST_AUTO_TEST_CASE(aligned_buffers_round_trip_on_the_zero_copy_path) {
     std::memcpy(source.data(), expected.data(), size);
     {
         stripe_set out(scratch.names, open_mode::write, unit);
-        BOOST_TEST(write(context, out, source.data(), size, 0).bytes == size);
+        BOOST_TEST(write(context, out, source, 0).bytes == size);
     }
     for (std::size_t d = 0; d < 3; ++d) {
         const auto bytes = nvmeio_test::slurp(scratch.names[d]);
@@ -176,7 +178,7 @@ BOOST_AUTO_TEST_CASE(aligned_buffers_round_trip_on_the_zero_copy_path) {
     }
     aligned_buffer target(size);
     stripe_set in(scratch.names, open_mode::read, unit);
-    BOOST_TEST(read(context, in, target.data(), size, 0).bytes == size);
+    BOOST_TEST(read(context, in, target, 0).bytes == size);
     BOOST_TEST(std::memcmp(target.data(), expected.data(), size) == 0);
 }
 
@@ -187,11 +189,11 @@ BOOST_AUTO_TEST_CASE(transfer_on_a_moved_from_set_is_rejected_not_a_crash) {
     parallel_context context(options_for(2));
     std::vector<unsigned char> buffer(unit);
     try {
-        (void)write(context, set, buffer.data(), unit, 0);  // NOLINT(bugprone-use-after-move)
+        (void)write(context, set, buffer, 0);  // NOLINT(bugprone-use-after-move)
         BOOST_ERROR("a transfer on a moved-from stripe set was accepted");
     } catch (const std::invalid_argument& e) {
         BOOST_TEST(std::string(e.what()).find("moved from") != std::string::npos, e.what());
     }
     BOOST_TEST(set.locate(12345).offset == 12345u);  // no division by zero either
-    BOOST_TEST(write(context, taken, buffer.data(), unit, 0).bytes == unit);
+    BOOST_TEST(write(context, taken, buffer, 0).bytes == unit);
 }

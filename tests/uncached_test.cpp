@@ -91,7 +91,7 @@ BOOST_AUTO_TEST_CASE(uncached_moves_any_range_exactly_and_leaves_no_page_cached)
                 BOOST_TEST(out.is_uncached());
                 BOOST_TEST(!out.is_direct());
                 BOOST_TEST(out.required_alignment() == 1u);
-                write(context, out, source.data() + 1, size, offset);
+                write(context, out, nvmeio::memory(source).slice(1, size), offset);
                 out.sync();
             }
             const std::size_t pages = cached_pages(path.str(), offset + size);
@@ -99,19 +99,22 @@ BOOST_AUTO_TEST_CASE(uncached_moves_any_range_exactly_and_leaves_no_page_cached)
             evict(path.str());
             file in(path.str(), open_mode::read, direct_io::uncached);
             std::memset(target.data(), 0, target.size());
-            BOOST_TEST(read(context, in, target.data() + 1, size, offset).bytes == size);
+            BOOST_TEST(read(context, in, nvmeio::memory(target).slice(1, size), offset).bytes ==
+                       size);
             BOOST_TEST(std::memcmp(target.data() + 1, source.data() + 1, size) == 0);
             // One request at a time leaves nothing cached. Several in flight through one
             // descriptor (here 8, which io_uring may run in its workers) share its readahead
             // and can leave read-ahead pages behind (docs/perf/uncached.md).
             evict(path.str());
             basic_aio_context<backend> one_at_a_time({1, 65536});
-            BOOST_TEST(read(one_at_a_time, in, target.data() + 1, size, offset).bytes == size);
+            BOOST_TEST(
+                read(one_at_a_time, in, nvmeio::memory(target).slice(1, size), offset).bytes ==
+                size);
             BOOST_TEST(cached_pages(path.str(), offset + size) <= 2u);
             BOOST_TEST(nvmeio_test::file_size(path.str()) == offset + size);
             // file::read_at and write_at take the same path.
             std::vector<unsigned char> tail(5000);
-            BOOST_TEST(in.read_at(tail.data(), tail.size(), offset + size - 5000) == 5000u);
+            BOOST_TEST(in.read_at(tail, offset + size - 5000) == 5000u);
             BOOST_TEST(std::memcmp(tail.data(), source.data() + 1 + size - 5000, 5000) == 0);
         }
     });
@@ -127,12 +130,12 @@ BOOST_AUTO_TEST_CASE(the_same_run_buffered_leaves_the_file_cached) {
     {
         file out(path.str(), open_mode::write, direct_io::off);
         BOOST_TEST(!out.is_uncached());
-        write(context, out, source.data(), size, 0);
+        write(context, out, source, 0);
         out.sync();
     }
     evict(path.str());
     file in(path.str(), open_mode::read, direct_io::off);
-    BOOST_TEST(read(context, in, source.data(), size, 0).bytes == size);
+    BOOST_TEST(read(context, in, source, 0).bytes == size);
     BOOST_TEST(cached_pages(path.str(), size) == size / 4096);
 }
 
@@ -145,17 +148,17 @@ BOOST_AUTO_TEST_CASE(uncached_through_parallel_async_and_batch_front_ends) {
     {
         parallel_context parallel({3, {4, 65536}});
         file out(path.str(), open_mode::write, direct_io::uncached);
-        write(parallel, out, source.data(), size, 0);
+        write(parallel, out, source, 0);
         out.sync();
     }
     BOOST_TEST(cached_pages(path.str(), size) <= 2u);
     evict(path.str());
     file in(path.str(), open_mode::read, direct_io::uncached);
     async_context async({2, {4, 65536}});
-    transfer_handle h = async_read(async, in, target.data(), size / 2, 0);
+    transfer_handle h = async_read(async, in, nvmeio::memory(target).first(size / 2), 0);
     const std::vector<batch_request> rest = {
-        {target.data() + size / 2, size - size / 2 - 3, size / 2},
-        {target.data() + size - 3, 3, size - 3}};
+        {nvmeio::memory(target).slice(size / 2, size - size / 2 - 3), size / 2},
+        {nvmeio::memory(target).slice(size - 3, 3), size - 3}};
     // One after the other: concurrent readers of neighbouring ranges meet in each other's
     // readahead, and the kernel keeps the pages they share.
     BOOST_TEST(h.wait().bytes == size / 2);

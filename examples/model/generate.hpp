@@ -254,7 +254,7 @@ void write_model(nvmeio::basic_aio_context<Backend>& context, const std::string&
             std::memcpy(buffer.data(), plan.header.data() + at, filled);
         }
         nvmeio::support::fill_pattern(buffer.data() + filled, n - filled, at + filled, seed);
-        nvmeio::write(context, out, buffer.data(), n, at);
+        nvmeio::write(context, out, nvmeio::memory(buffer).first(n), at);
     }
     out.sync();
 }

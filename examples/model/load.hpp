@@ -135,7 +135,7 @@ loaded_model load_arena(nvmeio::basic_parallel_context<Backend>& context,
     loaded_model out;
     out.arena = nvmeio::aligned_buffer(span.length(), detail::memory_alignment(f));
     const nvmeio::transfer_result result =
-        nvmeio::read(context, f, out.arena.data(), span.length(), span.begin, settings.config);
+        nvmeio::read(context, f, out.arena, span.begin, settings.config);
     if (result.bytes != span.length())
         detail::file_changed(settings.path, span.begin + result.bytes);
     detail::point_into_arena(layout, span, out);
@@ -158,7 +158,7 @@ loaded_model load_per_tensor(Context& context, const model_layout& layout,
     if (!layout.tensors.empty() && layout.tensors.front().offset > span.begin) {
         scratch = nvmeio::aligned_buffer(
             static_cast<std::size_t>(layout.tensors.front().offset - span.begin));
-        requests.push_back({scratch.data(), scratch.size(), span.begin});
+        requests.push_back({scratch, span.begin});
     }
     for (std::size_t i = 0; i < layout.tensors.size(); ++i) {
         const tensor_info& t = layout.tensors[i];
@@ -167,13 +167,13 @@ loaded_model load_per_tensor(Context& context, const model_layout& layout,
         const auto length = static_cast<std::size_t>(std::max(next, t.offset + t.size) - t.offset);
         out.buffers.emplace_back(length, detail::memory_alignment(f));
         out.tensors.push_back(out.buffers.back().data());
-        requests.push_back({out.buffers.back().data(), length, t.offset});
+        requests.push_back({out.buffers.back(), t.offset});
     }
     nvmeio::batch_options options;
     options.config = settings.config;
     const nvmeio::batch_outcome outcome = nvmeio::read_batch(context, f, requests, options);
     for (std::size_t i = 0; i < requests.size(); ++i) {
-        if (outcome.results[i].bytes != requests[i].length)
+        if (outcome.results[i].bytes != requests[i].memory.size())
             detail::file_changed(settings.path, requests[i].offset + outcome.results[i].bytes);
     }
     return out;
@@ -203,8 +203,10 @@ inline loaded_model load_read(const model_layout& layout, const load_settings& s
     detail::point_into_arena(layout, span, out);
     for (std::size_t i = 0; i < layout.tensors.size(); ++i) {
         const tensor_info& t = layout.tensors[i];
-        const std::size_t got = f.read_at(const_cast<std::byte*>(out.tensors[i]),
-                                          static_cast<std::size_t>(t.size), t.offset);
+        const std::size_t got = f.read_at(
+            nvmeio::memory(out.arena).slice(static_cast<std::size_t>(t.offset - span.begin),
+                                            static_cast<std::size_t>(t.size)),
+            t.offset);
         if (got != t.size) detail::file_changed(settings.path, t.offset + got);
     }
     return out;
@@ -231,7 +233,7 @@ loaded_model load_staged(nvmeio::basic_async_context<Backend>& context, const mo
     };
     const auto submit = [&](std::size_t k) {
         in_flight[k % slots] =
-            nvmeio::async_read(context, f, staging[k % slots].data(), length_of(k),
+            nvmeio::async_read(context, f, nvmeio::memory(staging[k % slots]).first(length_of(k)),
                                span.begin + k * chunk, settings.config);
     };
     for (std::size_t k = 0; k < std::min(slots, chunks); ++k)
@@ -270,7 +272,7 @@ inline load_check check_load(const model_layout& layout, const loaded_model& loa
             first = m.first;
         } else {
             const nvmeio::verify_result v =
-                nvmeio::verify_read(path, loaded.tensors[i], size, t.offset);
+                nvmeio::verify_read(path, nvmeio::memory(loaded.tensors[i], size), t.offset);
             wrong = v.equal() ? 0 : std::max<std::size_t>(1, v.mismatches.count);
             first = v.mismatches.count != 0 ? v.mismatches.first : v.file_bytes;
         }

@@ -45,7 +45,7 @@ inline model_layout read_layout(const std::string& path) {
     std::uint64_t want = std::min<std::uint64_t>(file_size, std::uint64_t{1} << 20);
     for (;;) {
         head.resize(static_cast<std::size_t>(want));
-        const std::size_t got = in.read_at(head.data(), head.size(), 0);
+        const std::size_t got = in.read_at(head, 0);
         try {
             return parse_model(head.data(), got, file_size, path);
         } catch (const detail::need_more_bytes& more) {

@@ -22,6 +22,7 @@
 #include "nvmeio/detail/worker_pool.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
+#include "nvmeio/memory.hpp"
 #include "nvmeio/transfer.hpp"
 #include "nvmeio/version.hpp"
 
@@ -170,35 +171,33 @@ class basic_async_context {
     /// Queue depth of each worker's context.
     [[nodiscard]] unsigned queue_depth() const noexcept { return pool_.options().queue_depth; }
 
-    /// Starts moving `length` bytes between `buffer` and `offset` of `f`; returns at once.
+    /// Starts moving the bytes of `memory` between it and `offset` of `f`; returns at once.
     /// Throws std::invalid_argument now when a precondition of strategy.hpp is violated.
-    [[nodiscard]] transfer_handle submit(const file& f, operation op, void* buffer,
-                                         std::size_t length, std::uint64_t offset,
-                                         const transfer_config& config = {}) {
+    [[nodiscard]] transfer_handle submit(const file& f, operation op, mutable_memory memory,
+                                         std::uint64_t offset, const transfer_config& config = {}) {
         pool_.creator().require_current("async_context");
-        detail::check_transfer(f, op, buffer, length, offset, block_size());
+        detail::check_transfer(f, op, memory, offset, block_size());
         auto state = std::make_shared<detail::async_state>();
-        pool_.post(
-            [state, &f, op, buffer, length, offset, config](basic_aio_context<Backend>* context) {
-                if (context == nullptr) {
-                    state->failure = {std::make_error_code(std::errc::operation_canceled),
-                                      std::string(to_string(op)) + " (cancelled before it started)",
-                                      f.path(), offset, length};
-                } else {
-                    try {
-                        state->result = detail::run_transfer(*context, f, op, buffer, length,
-                                                             offset, config, state->failure);
-                    } catch (...) {
-                        state->error = std::current_exception();
-                    }
+        pool_.post([state, &f, op, memory, offset, config](basic_aio_context<Backend>* context) {
+            if (context == nullptr) {
+                state->failure = {std::make_error_code(std::errc::operation_canceled),
+                                  std::string(to_string(op)) + " (cancelled before it started)",
+                                  f.path(), offset, memory.size()};
+            } else {
+                try {
+                    state->result = detail::run_transfer(*context, f, op, memory, offset, config,
+                                                         state->failure);
+                } catch (...) {
+                    state->error = std::current_exception();
                 }
-                state->finish();
-            });
+            }
+            state->finish();
+        });
         return transfer_handle(std::move(state));
     }
 
     /// A temporary file would be gone before the transfer runs.
-    transfer_handle submit(const file&&, operation, void*, std::size_t, std::uint64_t,
+    transfer_handle submit(const file&&, operation, mutable_memory, std::uint64_t,
                            const transfer_config& = {}) = delete;
 
     /// Cancels the transfers no worker has started; returns how many. Their handles report
@@ -215,30 +214,29 @@ class basic_async_context {
 /// The common case: native Linux AIO on every worker.
 using async_context = basic_async_context<libaio_backend>;
 
-/// Starts reading `length` bytes at `offset` of `f` into `buffer`; see basic_async_context.
+/// Starts filling `memory` from `offset` of `f`; see basic_async_context.
 template <class Backend>
 [[nodiscard]] transfer_handle async_read(basic_async_context<Backend>& context, const file& f,
-                                         void* buffer, std::size_t length, std::uint64_t offset,
+                                         mutable_memory memory, std::uint64_t offset,
                                          const transfer_config& config = {}) {
-    return context.submit(f, operation::read, buffer, length, offset, config);
+    return context.submit(f, operation::read, memory, offset, config);
 }
 
-/// Starts writing `length` bytes from `buffer` at `offset` of `f`; see basic_async_context.
+/// Starts writing every byte of `memory` at `offset` of `f`; see basic_async_context.
 template <class Backend>
 [[nodiscard]] transfer_handle async_write(basic_async_context<Backend>& context, const file& f,
-                                          const void* buffer, std::size_t length,
-                                          std::uint64_t offset,
+                                          const_memory memory, std::uint64_t offset,
                                           const transfer_config& config = {}) {
-    return context.submit(f, operation::write, const_cast<void*>(buffer), length, offset, config);
+    return context.submit(f, operation::write, detail::unconst(memory), offset, config);
 }
 
 /// A temporary file would be gone before the transfer runs.
 template <class Backend>
-transfer_handle async_read(basic_async_context<Backend>&, const file&&, void*, std::size_t,
+transfer_handle async_read(basic_async_context<Backend>&, const file&&, mutable_memory,
                            std::uint64_t, const transfer_config& = {}) = delete;
 /// A temporary file would be gone before the transfer runs.
 template <class Backend>
-transfer_handle async_write(basic_async_context<Backend>&, const file&&, const void*, std::size_t,
+transfer_handle async_write(basic_async_context<Backend>&, const file&&, const_memory,
                             std::uint64_t, const transfer_config& = {}) = delete;
 
 NVMEIO_END_NAMESPACE

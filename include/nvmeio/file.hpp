@@ -27,6 +27,7 @@
 #include "nvmeio/detail/size_lock.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file_modes.hpp"
+#include "nvmeio/memory.hpp"
 
 NVMEIO_BEGIN_NAMESPACE
 
@@ -137,35 +138,32 @@ class file {
     /// The file's current size in bytes; 0 and `ec` set on failure (EBADF when not open).
     [[nodiscard]] std::uint64_t size(std::error_code& ec) const noexcept;
 
-    /// Reads up to `length` bytes at `offset` into `buffer` (any alignment), retrying short reads
-    /// and EINTR. Returns the bytes read: fewer than `length` only at end of file. On an O_DIRECT
-    /// handle the last alignment unit below 2^63, which O_DIRECT cannot address, reads as the end
-    /// of the file when the file ends before it, and is an EOVERFLOW `io_error` otherwise.
-    std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset) const {
-        return detail::or_throw([&](io_failure& f) { return read_at(buffer, length, offset, f); });
+    /// Fills `memory` (any alignment) from `offset`, retrying short reads and EINTR. Returns the
+    /// bytes read: fewer than `memory.size()` only at end of file. On an O_DIRECT handle the last
+    /// alignment unit below 2^63, which O_DIRECT cannot address, reads as the end of the file
+    /// when the file ends before it, and is an EOVERFLOW `io_error` otherwise.
+    std::size_t read_at(mutable_memory memory, std::uint64_t offset) const {
+        return detail::or_throw([&](io_failure& f) { return read_at(memory, offset, f); });
     }
     /// As above, reporting failure through `ec`.
-    std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset,
-                        std::error_code& ec) const {
-        return detail::or_report(ec,
-                                 [&](io_failure& f) { return read_at(buffer, length, offset, f); });
+    std::size_t read_at(mutable_memory memory, std::uint64_t offset, std::error_code& ec) const {
+        return detail::or_report(ec, [&](io_failure& f) { return read_at(memory, offset, f); });
     }
 
-    /// Writes exactly `length` bytes at `offset` from `buffer` (any alignment), retrying short
-    /// writes and EINTR. The file is first extended to `offset + length` if shorter
+    /// Writes every byte of `memory` (any alignment) at `offset`, retrying short writes and
+    /// EINTR. The file is first extended to `offset + memory.size()` if shorter
     /// (`reserve_range`). On an O_DIRECT handle, partial alignment units at either end are merged
     /// with the file's bytes (read-modify-write) and the file ends `max(previous size, offset +
-    /// length)` long, also while other threads write other ranges (see the class comment).
-    void write_at(const void* buffer, std::size_t length, std::uint64_t offset) const {
+    /// memory.size())` long, also while other threads write other ranges (see the class comment).
+    void write_at(const_memory memory, std::uint64_t offset) const {
         io_failure failure;
-        write_at(buffer, length, offset, failure);
+        write_at(memory, offset, failure);
         detail::throw_if(failure);
     }
     /// As above, reporting failure through `ec`.
-    void write_at(const void* buffer, std::size_t length, std::uint64_t offset,
-                  std::error_code& ec) const {
+    void write_at(const_memory memory, std::uint64_t offset, std::error_code& ec) const {
         io_failure failure;
-        write_at(buffer, length, offset, failure);
+        write_at(memory, offset, failure);
         ec = failure.code;
     }
 
@@ -251,12 +249,10 @@ class file {
 
     /// read_at, write_at and reserve_range as above, recording the whole failure (operation,
     /// path, offset, length) in `failure` (empty on success), as a batch's results do.
-    std::size_t read_at(void* buffer, std::size_t length, std::uint64_t offset,
-                        io_failure& failure) const;
-    /// See read_at(void*, std::size_t, std::uint64_t, io_failure&).
-    void write_at(const void* buffer, std::size_t length, std::uint64_t offset,
-                  io_failure& failure) const;
-    /// See read_at(void*, std::size_t, std::uint64_t, io_failure&).
+    std::size_t read_at(mutable_memory memory, std::uint64_t offset, io_failure& failure) const;
+    /// See read_at(mutable_memory, std::uint64_t, io_failure&).
+    void write_at(const_memory memory, std::uint64_t offset, io_failure& failure) const;
+    /// See read_at(mutable_memory, std::uint64_t, io_failure&).
     void reserve_range(std::uint64_t offset, std::size_t length, io_failure& failure) const;
 
   private:

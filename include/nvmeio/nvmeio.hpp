@@ -15,6 +15,7 @@
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/file_modes.hpp"
+#include "nvmeio/memory.hpp"
 #include "nvmeio/parallel.hpp"
 #include "nvmeio/parallel_context.hpp"
 #include "nvmeio/perf.hpp"

@@ -31,10 +31,11 @@ template <class Backend>
 struct route<basic_parallel_context<Backend>, file> : file_route {
     template <class Config>
     static transfer_result run(basic_parallel_context<Backend>& context, const file& f,
-                               operation op, mutable_memory memory, std::size_t length,
-                               std::uint64_t offset, const Config& config, io_failure& failure) {
+                               operation op, mutable_memory memory, std::uint64_t offset,
+                               const Config& config, io_failure& failure) {
         failure = {};
-        check_transfer(f, op, memory.data(), length, offset, context.block_size());
+        check_transfer(f, op, memory, offset, context.block_size());
+        const std::size_t length = memory.size();
         const auto start = std::chrono::steady_clock::now();
         // Pieces start at multiples of `cut` in the file: the O_DIRECT unit, or on an uncached file
         // a page (a page two pieces shared would stay cached).
@@ -64,13 +65,12 @@ struct route<basic_parallel_context<Backend>, file> : file_route {
         while (count > 1 && begin(count - 1) >= length)
             --count;
         std::vector<share> shares;
-        auto* bytes = static_cast<std::byte*>(memory.data());
         spread(context, count, shares, [&](std::size_t i, auto& worker, share& mine) {
             share::piece& p = mine.pieces.emplace_back();
             p.at = begin(i);
             p.length = (i + 1 < count ? begin(i + 1) : length) - p.at;
             transfer_perf& perf = mine.perf.emplace_back();
-            const transfer_result r = run_transfer(worker, f, op, bytes + p.at, p.length,
+            const transfer_result r = run_transfer(worker, f, op, memory.slice(p.at, p.length),
                                                    offset + p.at, config, p.failure);
             p.bytes = r.bytes;
             perf = r.perf;

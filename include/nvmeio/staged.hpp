@@ -229,9 +229,8 @@ class staged_run {
         const auto& window = plan_.windows[w];
         const file& f = *files_[window.file];
         try {
-            const transfer_result r =
-                nvmeio::transfer(*context_, f, op, mutable_memory(ring_->slot(slot_of(w)), length),
-                                 length, window.offset, config_);
+            const transfer_result r = nvmeio::transfer(
+                *context_, f, op, memory(ring_->slot(slot_of(w)), length), window.offset, config_);
             if (r.bytes < length) {
                 throw io_error({detail::errno_code(ENODATA),
                                 "read (the file ended at byte " +

@@ -2,23 +2,22 @@
 /// \file strategy.hpp
 /// Transfers: one `transfer`, `read` and `write` for every pair of context and target (an aio
 /// context and a file here; parallel.hpp and stripe.hpp the others), with a strategy policy or
-/// the run-time `transfer_config` (transfer.hpp).
+/// the run-time `transfer_config` (transfer.hpp). The memory side is a view that carries its size
+/// (memory.hpp): a transfer moves `memory.size()` bytes.
 /// O_DIRECT on a file: memory and offset aligned to `file.alignment()`, block size a multiple of
 /// `alignment().strictest()`, any length; otherwise std::invalid_argument before anything is
 /// submitted. The whole contract: docs/GUARANTEES.md, section 5c.
 
 #include <cstddef>
 #include <cstdint>
-#include <limits>
-#include <string>
 #include <system_error>
 #include <type_traits>
 
 #include "nvmeio/aio_context.hpp"
-#include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/detail/front_end.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
+#include "nvmeio/memory.hpp"
 #include "nvmeio/transfer.hpp"
 #include "nvmeio/version.hpp"
 
@@ -27,42 +26,6 @@ NVMEIO_BEGIN_NAMESPACE
 template <class Backend>
 class basic_parallel_context;  // parallel_context.hpp
 class stripe_set;              // stripe.hpp
-
-/// The memory side of a transfer: a pointer, and the bytes it holds where that is known.
-/// `mutable_memory` (read into) is made from a `void*` or an `aligned_buffer&`, `const_memory`
-/// (written from) from a `const void*` or a `const aligned_buffer&`. An aligned_buffer's size
-/// bounds the transfer (a longer one is an std::invalid_argument); a pointer's is unknown.
-template <class Void, class Buffer>
-class basic_memory {
-  public:
-    /// `size` bytes at `data`.
-    basic_memory(Void* data, std::size_t size) noexcept : data_(data), size_(size) {}
-    /// Memory at `data` whose size only the caller knows.
-    basic_memory(Void* data) noexcept  // NOLINT(google-explicit-constructor): as a pointer
-        : basic_memory(data, std::numeric_limits<std::size_t>::max()) {}
-    /// The buffer's `size()` bytes.
-    basic_memory(Buffer& buffer) noexcept  // NOLINT(google-explicit-constructor): as a buffer
-        : basic_memory(buffer.data(), buffer.size()) {}
-    /// `&buffer` for `buffer.data()` (an aligned_buffer, a vector) would move the object's own
-    /// bytes: a pointer to a class that is not trivially copyable is refused.
-    template <class T,
-              std::enable_if_t<std::is_class_v<T> && !std::is_trivially_copyable_v<T>, int> = 0>
-    basic_memory(T* object) = delete;
-
-    /// The first byte.
-    [[nodiscard]] Void* data() const noexcept { return data_; }
-    /// The bytes it holds; SIZE_MAX when unknown.
-    [[nodiscard]] std::size_t size() const noexcept { return size_; }
-
-  private:
-    Void* data_;
-    std::size_t size_;
-};
-
-/// Memory a transfer may write into.
-using mutable_memory = basic_memory<void, aligned_buffer>;
-/// Memory a transfer only reads.
-using const_memory = basic_memory<const void, const aligned_buffer>;
 
 namespace detail {
 
@@ -100,10 +63,10 @@ template <class Backend>
 struct route<basic_aio_context<Backend>, file> : file_route {
     template <class Config>
     static transfer_result run(basic_aio_context<Backend>& context, const file& f, operation op,
-                               mutable_memory memory, std::size_t length, std::uint64_t offset,
-                               const Config& config, io_failure& failure) {
-        check_transfer(f, op, memory.data(), length, offset, context.block_size());
-        return run_transfer(context, f, op, memory.data(), length, offset, config, failure);
+                               mutable_memory memory, std::uint64_t offset, const Config& config,
+                               io_failure& failure) {
+        check_transfer(f, op, memory, offset, context.block_size());
+        return run_transfer(context, f, op, memory, offset, config, failure);
     }
 };
 
@@ -115,32 +78,18 @@ using settings_of = typename route_for<Context, Target>::settings;
 template <class Context, class Target, class Settings>
 using if_route = std::enable_if_t<route_for<Context, Target>::template takes<Settings>, int>;
 
-// The check every route shares: a length past the end of memory whose size is known is refused
-// before anything moves.
-template <class Target>
-void check_holds(const Target& target, operation op, const mutable_memory& memory,
-                 std::size_t length, std::uint64_t offset) {
-    if (length <= memory.size()) return;
-    std::string where = " of the stripe set";
-    if constexpr (std::is_same_v<Target, file>) where = " in '" + target.path() + "'";
-    throw_invalid(std::string(to_string(op)) + " of " + std::to_string(length) +
-                  " bytes at offset " + std::to_string(offset) + where +
-                  ": the buffer holds only " + std::to_string(memory.size()) + " bytes");
-}
-
 }  // namespace detail
 
-/// Moves `length` bytes between `memory` and `offset` of `target` through `context`; throws
-/// io_error on failure, std::invalid_argument (before anything moves) when `length` passes the
-/// end of an aligned_buffer or a precondition above is violated. Const memory goes to `write`.
+/// Moves `memory.size()` bytes between `memory` and `offset` of `target` through `context`;
+/// throws io_error on failure, std::invalid_argument (before anything moves) when a
+/// precondition above is violated. Const memory goes to `write`.
 template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
           detail::if_route<Context, Target, Settings> = 0>
 [[nodiscard]] transfer_result transfer(Context& context, const Target& target, operation op,
-                                       mutable_memory memory, std::size_t length,
-                                       std::uint64_t offset, const Settings& settings = {}) {
-    detail::check_holds(target, op, memory, length, offset);
+                                       mutable_memory memory, std::uint64_t offset,
+                                       const Settings& settings = {}) {
     return detail::or_throw([&](io_failure& failure) {
-        return detail::route_for<Context, Target>::run(context, target, op, memory, length, offset,
+        return detail::route_for<Context, Target>::run(context, target, op, memory, offset,
                                                        settings, failure);
     });
 }
@@ -149,41 +98,38 @@ template <class Context, class Target, class Settings = detail::settings_of<Cont
 template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
           detail::if_route<Context, Target, Settings> = 0>
 [[nodiscard]] transfer_result transfer(Context& context, const Target& target, operation op,
-                                       mutable_memory memory, std::size_t length,
-                                       std::uint64_t offset, const Settings& settings,
-                                       std::error_code& ec) {
-    detail::check_holds(target, op, memory, length, offset);
+                                       mutable_memory memory, std::uint64_t offset,
+                                       const Settings& settings, std::error_code& ec) {
     return detail::or_report(ec, [&](io_failure& failure) {
-        return detail::route_for<Context, Target>::run(context, target, op, memory, length, offset,
+        return detail::route_for<Context, Target>::run(context, target, op, memory, offset,
                                                        settings, failure);
     });
 }
 
-/// Reads `length` bytes at `offset` of `target` into `memory`; throws as `transfer`.
+/// Fills `memory` from `offset` of `target` (short only at the end of the file); throws as
+/// `transfer`.
 template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
           detail::if_route<Context, Target, Settings> = 0>
 [[nodiscard]] transfer_result read(Context& context, const Target& target, mutable_memory memory,
-                                   std::size_t length, std::uint64_t offset,
-                                   const Settings& settings = {}) {
-    return nvmeio::transfer(context, target, operation::read, memory, length, offset, settings);
+                                   std::uint64_t offset, const Settings& settings = {}) {
+    return nvmeio::transfer(context, target, operation::read, memory, offset, settings);
 }
 
 /// Reads; reports I/O failure through `ec`.
 template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
           detail::if_route<Context, Target, Settings> = 0>
 [[nodiscard]] transfer_result read(Context& context, const Target& target, mutable_memory memory,
-                                   std::size_t length, std::uint64_t offset,
-                                   const Settings& settings, std::error_code& ec) {
-    return nvmeio::transfer(context, target, operation::read, memory, length, offset, settings, ec);
+                                   std::uint64_t offset, const Settings& settings,
+                                   std::error_code& ec) {
+    return nvmeio::transfer(context, target, operation::read, memory, offset, settings, ec);
 }
 
-/// Writes `length` bytes of `memory` at `offset` of `target`; throws as `transfer`.
+/// Writes every byte of `memory` at `offset` of `target`; throws as `transfer`.
 template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
           detail::if_route<Context, Target, Settings> = 0>
 transfer_result write(Context& context, const Target& target, const_memory memory,
-                      std::size_t length, std::uint64_t offset, const Settings& settings = {}) {
-    return nvmeio::transfer(context, target, operation::write,
-                            {const_cast<void*>(memory.data()), memory.size()}, length, offset,
+                      std::uint64_t offset, const Settings& settings = {}) {
+    return nvmeio::transfer(context, target, operation::write, detail::unconst(memory), offset,
                             settings);
 }
 
@@ -191,10 +137,8 @@ transfer_result write(Context& context, const Target& target, const_memory memor
 template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
           detail::if_route<Context, Target, Settings> = 0>
 transfer_result write(Context& context, const Target& target, const_memory memory,
-                      std::size_t length, std::uint64_t offset, const Settings& settings,
-                      std::error_code& ec) {
-    return nvmeio::transfer(context, target, operation::write,
-                            {const_cast<void*>(memory.data()), memory.size()}, length, offset,
+                      std::uint64_t offset, const Settings& settings, std::error_code& ec) {
+    return nvmeio::transfer(context, target, operation::write, detail::unconst(memory), offset,
                             settings, ec);
 }
 

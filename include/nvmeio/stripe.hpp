@@ -115,9 +115,9 @@ struct route<basic_parallel_context<Backend>, stripe_set> {
     static constexpr bool takes = std::is_base_of_v<batch_options, Settings>;
 
     static transfer_result run(basic_parallel_context<Backend>& context, const stripe_set& set,
-                               operation op, mutable_memory memory, std::size_t length,
-                               std::uint64_t offset, const batch_options& options,
-                               io_failure& failure) {
+                               operation op, mutable_memory memory, std::uint64_t offset,
+                               const batch_options& options, io_failure& failure) {
+        const std::size_t length = memory.size();
         const auto start = std::chrono::steady_clock::now();
         failure = {};
         transfer_result result;
@@ -142,14 +142,13 @@ struct route<basic_parallel_context<Backend>, stripe_set> {
         const std::size_t width = set.width();
         std::vector<std::vector<batch_request>> requests(width);
         std::vector<std::vector<std::size_t>> positions(width);
-        auto* bytes = static_cast<std::byte*>(memory.data());
         for (std::size_t at = 0; at < length;) {
             const std::uint64_t logical = offset + at;
             const std::size_t room =
                 set.stripe_unit() - static_cast<std::size_t>(logical % set.stripe_unit());
             const std::size_t piece = std::min(room, length - at);
             const stripe_location where = set.locate(logical);
-            requests[where.file_index].push_back({bytes + at, piece, where.offset});
+            requests[where.file_index].push_back({memory.slice(at, piece), where.offset});
             positions[where.file_index].push_back(at);
             at += piece;
         }
@@ -162,7 +161,7 @@ struct route<basic_parallel_context<Backend>, stripe_set> {
             for (std::size_t i = 0; i < requests[d].size(); ++i) {
                 batch_result& r = done.results[i];
                 mine.pieces.push_back(
-                    {positions[d][i], requests[d][i].length, r.bytes, std::move(r.failure)});
+                    {positions[d][i], requests[d][i].memory.size(), r.bytes, std::move(r.failure)});
             }
             mine.perf.push_back(done.perf);
         });

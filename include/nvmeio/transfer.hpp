@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nvmeio/error.hpp"
+#include "nvmeio/memory.hpp"
 #include "nvmeio/perf.hpp"
 #include "nvmeio/version.hpp"
 
@@ -130,10 +131,10 @@ struct async_options {
     context_options context{};
 };
 
-/// One request of a batch: `length` bytes between `buffer` and `offset` of the batch's file.
+/// One request of a batch: the bytes of `memory` (any alignment) and as many at `offset` of the
+/// batch's file. A write batch only reads `memory`.
 struct batch_request {
-    void* buffer = nullptr;    ///< Memory side (any alignment).
-    std::size_t length = 0;    ///< Bytes.
+    mutable_memory memory;     ///< Memory side; its size is the request's length.
     std::uint64_t offset = 0;  ///< File offset.
 };
 

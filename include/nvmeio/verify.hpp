@@ -13,6 +13,7 @@
 #include "nvmeio/compare.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
+#include "nvmeio/memory.hpp"
 #include "nvmeio/version.hpp"
 
 NVMEIO_BEGIN_NAMESPACE
@@ -33,12 +34,19 @@ struct verify_result {
 /// How much memory `verify_read` uses for its chunk by default.
 inline constexpr std::size_t default_verify_chunk = std::size_t{8} << 20;
 
+/// How `verify_read` reads the file. A struct, not a trailing integer: an offset and a chunk
+/// size side by side would take a length where the offset goes and compile.
+struct verify_options {
+    std::size_t chunk_size = default_verify_chunk;  ///< Bytes read at a time (>= 1).
+};
+
 namespace detail {
 
 // verify_read, recording a failure to open or read in `failure`.
-inline verify_result verify_into(const std::string& path, const void* buffer, std::size_t length,
-                                 std::uint64_t offset, std::size_t chunk_size,
-                                 io_failure& failure) {
+inline verify_result verify_into(const std::string& path, const_memory memory, std::uint64_t offset,
+                                 std::size_t chunk_size, io_failure& failure) {
+    const void* const buffer = memory.data();
+    const std::size_t length = memory.size();
     failure = {};
     verify_result result;
     result.requested = length;
@@ -55,7 +63,8 @@ inline verify_result verify_into(const std::string& path, const void* buffer, st
     std::size_t& done = result.file_bytes;
     while (done < length) {
         const std::size_t want = std::min(chunk.size(), length - done);
-        const std::size_t got = reference.read_at(chunk.data(), want, offset + done, failure);
+        const std::size_t got =
+            reference.read_at(nvmeio::memory(chunk).first(want), offset + done, failure);
         if (failure) return result;
         const mismatch_summary part = count_mismatches(expected + done, chunk.data(), got);
         if (part.count != 0) {
@@ -72,24 +81,23 @@ inline verify_result verify_into(const std::string& path, const void* buffer, st
 
 }  // namespace detail
 
-/// Compares `length` bytes of `buffer` with bytes `[offset, offset + length)` of the file at
-/// `path`, read with buffered I/O in chunks of `chunk_size` (the file is never loaded whole a
-/// second time). Throws io_error when the file cannot be opened or read.
-[[nodiscard]] inline verify_result verify_read(const std::string& path, const void* buffer,
-                                               std::size_t length, std::uint64_t offset,
-                                               std::size_t chunk_size = default_verify_chunk) {
+/// Compares the bytes of `memory` with as many at `offset` of the file at `path`, read with
+/// buffered I/O a chunk at a time (the file is never loaded whole a second time). Throws
+/// io_error when the file cannot be opened or read.
+[[nodiscard]] inline verify_result verify_read(const std::string& path, const_memory memory,
+                                               std::uint64_t offset,
+                                               const verify_options& options = {}) {
     return detail::or_throw([&](io_failure& failure) {
-        return detail::verify_into(path, buffer, length, offset, chunk_size, failure);
+        return detail::verify_into(path, memory, offset, options.chunk_size, failure);
     });
 }
 
 /// As above; reports failure to open or read through `ec`.
-[[nodiscard]] inline verify_result verify_read(const std::string& path, const void* buffer,
-                                               std::size_t length, std::uint64_t offset,
-                                               std::error_code& ec,
-                                               std::size_t chunk_size = default_verify_chunk) {
+[[nodiscard]] inline verify_result verify_read(const std::string& path, const_memory memory,
+                                               std::uint64_t offset, std::error_code& ec,
+                                               const verify_options& options = {}) {
     return detail::or_report(ec, [&](io_failure& failure) {
-        return detail::verify_into(path, buffer, length, offset, chunk_size, failure);
+        return detail::verify_into(path, memory, offset, options.chunk_size, failure);
     });
 }
 

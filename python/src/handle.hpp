@@ -41,6 +41,7 @@
 #include <nvmeio/batch.hpp>
 #include <nvmeio/error.hpp>
 #include <nvmeio/file.hpp>
+#include <nvmeio/memory.hpp>
 #include <nvmeio/parallel.hpp>
 #include <nvmeio/verify.hpp>
 #if NVMEIO_HAS_IO_URING
@@ -100,11 +101,11 @@ class mover_on final : public mover {
     nvmeio::batch_outcome move(request& r, const nvmeio::transfer_config& config) override {
         if (!r.batch) {
             const nvmeio::batch_request& p = r.pieces.front();
-            if (!r.file.is_direct() || nvmeio::is_aligned(p.buffer, r.file.alignment().memory)) {
+            if (!r.file.is_direct() ||
+                nvmeio::is_aligned(p.memory.data(), r.file.alignment().memory)) {
                 nvmeio::batch_outcome outcome;
                 outcome.results.push_back(
-                    {nvmeio::transfer(context_, r.file, r.op, p.buffer, p.length, p.offset, config)
-                         .bytes,
+                    {nvmeio::transfer(context_, r.file, r.op, p.memory, p.offset, config).bytes,
                      {}});
                 return outcome;
             }
@@ -296,7 +297,7 @@ class aio_handle {
             for (std::size_t i = 0; i < outcome.results.size(); ++i) {
                 const nvmeio::batch_result& result = outcome.results[i];
                 const nvmeio::batch_request& p = r.pieces[i];
-                if (!result.failure && result.bytes == p.length) continue;
+                if (!result.failure && result.bytes == p.memory.size()) continue;
                 nvmeio::io_failure failure = result.failure;
                 if (!failure) {  // a read met the end of the file
                     std::error_code ec;
@@ -304,24 +305,23 @@ class aio_handle {
                     failure = {std::error_code(ENODATA, std::generic_category()),
                                "read (the file is " +
                                    (ec ? "shorter" : std::to_string(size) + " bytes long") + ")",
-                               r.file.path(), p.offset, p.length};
+                               r.file.path(), p.offset, p.memory.size()};
                 }
                 if (r.batch) {  // name the request, and its own range rather than its I/O's
                     failure.operation = std::string(to_string(r.op)) + " of batch request " +
                                         std::to_string(i) + " of " +
                                         std::to_string(r.pieces.size()) + ": " + failure.operation;
                     failure.offset = p.offset;
-                    failure.length = p.length;
+                    failure.length = p.memory.size();
                 }
                 throw nvmeio::io_error(std::move(failure));
             }
-            if (r.validate && r.pieces.front().length != 0) validate(r);
+            if (r.validate && !r.pieces.front().memory.empty()) validate(r);
         }
 
         static void validate(request& r) {
             const nvmeio::batch_request& p = r.pieces.front();
-            const nvmeio::verify_result v =
-                nvmeio::verify_read(r.file.path(), p.buffer, p.length, p.offset);
+            const nvmeio::verify_result v = nvmeio::verify_read(r.file.path(), p.memory, p.offset);
             if (v.equal()) return;
             const std::string found =
                 v.file_bytes < v.requested
@@ -330,7 +330,7 @@ class aio_handle {
                           std::to_string(v.mismatches.first);
             throw nvmeio::io_error({std::error_code(EIO, std::generic_category()),
                                     "validate " + std::string(to_string(r.op)) + " (" + found + ")",
-                                    r.file.path(), p.offset, p.length});
+                                    r.file.path(), p.offset, p.memory.size()});
         }
 
         std::unique_ptr<detail::mover> mover;

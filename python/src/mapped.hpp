@@ -92,7 +92,7 @@ void check_memory(nvmeio::operation op, const std::vector<torch::Tensor>& tensor
     for (std::size_t i = 0; i < pieces.size(); ++i) {
         const torch::Tensor& t = tensors[i];
         // A storage with an allocator is one of torch's: its memory is read-write.
-        if (pieces[i].length == 0 || owned_by_nvmeio(t) || t.storage().allocator() != nullptr)
+        if (pieces[i].memory.empty() || owned_by_nvmeio(t) || t.storage().allocator() != nullptr)
             continue;
         if (mappings.empty()) {
             pybind11::gil_scoped_release unlocked;
@@ -100,8 +100,8 @@ void check_memory(nvmeio::operation op, const std::vector<torch::Tensor>& tensor
         }
         if (mappings.empty()) return;  // no /proc: the copy is left to fail as it will
         const bool write = op == nvmeio::operation::read;
-        if (!detail::usable(mappings, reinterpret_cast<std::uintptr_t>(pieces[i].buffer),
-                            pieces[i].length, write)) {
+        if (!detail::usable(mappings, reinterpret_cast<std::uintptr_t>(pieces[i].memory.data()),
+                            pieces[i].memory.size(), write)) {
             throw std::invalid_argument(
                 std::string(method) + ": " + name(i) + " is in memory that is not " +
                 (write ? "writable (a read-only mapping?); a read writes into it"

@@ -52,7 +52,7 @@ nvmeio::batch_request piece_of(const torch::Tensor& buffer, std::int64_t offset,
         throw std::invalid_argument(std::string(method) + ": " + offset_name() +
                                     " must not be negative (got " + std::to_string(offset) + ")");
     }
-    return {buffer.numel() == 0 ? nullptr : buffer.data_ptr(), buffer.nbytes(),
+    return {nvmeio::memory(buffer.numel() == 0 ? nullptr : buffer.data_ptr(), buffer.nbytes()),
             static_cast<std::uint64_t>(offset)};
 }
 

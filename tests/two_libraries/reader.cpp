@@ -56,7 +56,7 @@ long long reader_read(void* context, void* buffer, const char* path, char* why, 
         auto& b = *static_cast<nvmeio::aligned_buffer*>(buffer);
         nvmeio::file f(path, nvmeio::open_mode::read);
         return static_cast<long long>(
-            nvmeio::read(*static_cast<context_type*>(context), f, b, b.size(), 0).bytes);
+            nvmeio::read(*static_cast<context_type*>(context), f, b, 0).bytes);
     } catch (const std::exception& e) {
         std::snprintf(why, size, "%s", e.what());
         return -1;

@@ -40,7 +40,7 @@ inline std::vector<std::size_t> file_order(const std::vector<batch_request>& req
     std::vector<std::size_t> order;
     order.reserve(requests.size());
     for (std::size_t i = 0; i < requests.size(); ++i) {
-        if (requests[i].length != 0) order.push_back(i);
+        if (requests[i].memory.size() != 0) order.push_back(i);
     }
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
         return requests[a].offset < requests[b].offset;
@@ -56,7 +56,7 @@ inline std::size_t first_unaligned_start(const std::vector<batch_request>& reque
     for (std::size_t k = 0; k < order.size(); ++k) {
         const batch_request& r = requests[order[k]];
         if (!is_aligned(r.offset, unit) && (k == 0 || r.offset != end)) return order[k];
-        end = r.offset + r.length;  // below 2^64: offsets and lengths are below 2^63
+        end = r.offset + r.memory.size();  // below 2^64: offsets and lengths are below 2^63
     }
     return static_cast<std::size_t>(-1);
 }
@@ -83,17 +83,16 @@ inline std::vector<batch_group> plan_batch(const file& f,
             const bool adjacent = g.offset + g.length == r.offset;
             const bool must_join = !is_aligned(r.offset, unit);
             // Both lengths are below 2^63 (check_batch), so the sum cannot wrap.
-            if (adjacent && (must_join || g.length + r.length <= options.max_io_size)) {
+            if (adjacent && (must_join || g.length + r.memory.size() <= options.max_io_size)) {
                 const batch_request& last = requests[g.members.back()];
-                g.contiguous_memory =
-                    g.contiguous_memory &&
-                    static_cast<std::byte*>(last.buffer) + last.length == r.buffer;
+                g.contiguous_memory = g.contiguous_memory &&
+                                      last.memory.bytes() + last.memory.size() == r.memory.data();
                 g.members.push_back(index);
-                g.length += r.length;
+                g.length += r.memory.size();
                 continue;
             }
         }
-        groups.push_back({{index}, r.offset, r.length, true});
+        groups.push_back({{index}, r.offset, r.memory.size(), true});
     }
     return groups;
 }
@@ -103,10 +102,11 @@ inline std::vector<batch_group> plan_batch(const file& f,
 inline bool zero_copy(const file& f, const std::vector<batch_request>& requests,
                       const batch_group& g, const batch_options& options) {
     const std::size_t memory_unit = f.is_direct() ? f.alignment().memory : 1;
-    if (g.contiguous_memory) return is_aligned(requests[g.members.front()].buffer, memory_unit);
+    if (g.contiguous_memory)
+        return is_aligned(requests[g.members.front()].memory.data(), memory_unit);
     if (g.length / g.members.size() < options.min_direct_size) return false;
     for (std::size_t index : g.members) {
-        if (!is_aligned(requests[index].buffer, memory_unit) ||
+        if (!is_aligned(requests[index].memory.data(), memory_unit) ||
             !is_aligned(requests[index].offset, f.required_alignment())) {
             return false;
         }
@@ -163,8 +163,7 @@ std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
              ++p) {
             const batch_wave::piece& piece = w.pieces[p];
             std::memcpy(w.segments[i].memory + piece.position,
-                        static_cast<const std::byte*>(requests[piece.request].buffer) + piece.from,
-                        piece.length);
+                        requests[piece.request].memory.bytes() + piece.from, piece.length);
         }
     }
     return furthest;
@@ -190,8 +189,7 @@ inline void copy_wave_pieces(const void* state, std::size_t index, std::size_t p
         const std::size_t from = std::max(position, p->position);
         const std::size_t to = std::min(end, p->position + p->length);
         if (from >= to) continue;
-        std::byte* caller = static_cast<std::byte*>((*requests)[p->request].buffer) + p->from +
-                            (from - p->position);
+        std::byte* caller = (*requests)[p->request].memory.bytes() + p->from + (from - p->position);
         std::byte* staged = slot + (from - position);
         if (into_slot) {
             std::memcpy(staged, caller, to - from);
@@ -276,11 +274,12 @@ void run_groups(Context& context, const file& f, operation op,
             for (; member < g.members.size() && member_at < to; ++member) {
                 const std::size_t index = g.members[member];
                 const std::size_t begin = std::max(member_at, from);
-                const std::size_t end = std::min(member_at + requests[index].length, to);
+                const std::size_t end = std::min(member_at + requests[index].memory.size(), to);
                 if (begin < end)
                     w.pieces.push_back({index, begin - from, begin - member_at, end - begin});
-                if (member_at + requests[index].length > to) break;  // it goes on in the next
-                member_at += requests[index].length;
+                if (member_at + requests[index].memory.size() > to)
+                    break;  // it goes on in the next
+                member_at += requests[index].memory.size();
             }
             w.first_piece.push_back(w.pieces.size());
         };
@@ -295,10 +294,10 @@ void run_groups(Context& context, const file& f, operation op,
             } else {  // runs of members adjacent in memory go as one segment each
                 std::size_t at = 0;
                 for (std::size_t m = 0; m < g.members.size() && at < body;) {
-                    auto* memory = static_cast<std::byte*>(requests[g.members[m]].buffer);
-                    std::size_t end = at + requests[g.members[m]].length;
+                    std::byte* memory = requests[g.members[m]].memory.bytes();
+                    std::size_t end = at + requests[g.members[m]].memory.size();
                     for (++m; m < g.members.size() && g.contiguous_memory; ++m)
-                        end += requests[g.members[m]].length;
+                        end += requests[g.members[m]].memory.size();
                     add(g, at, std::min(end, body), kind::caller, memory);
                     at = end;
                 }
@@ -337,9 +336,8 @@ void run_groups(Context& context, const file& f, operation op,
                                             ? std::min(piece.length, done.bytes - piece.position)
                                             : 0;
                 if (done.span != 0 && op == operation::read && got != 0) {
-                    std::memcpy(
-                        static_cast<std::byte*>(requests[piece.request].buffer) + piece.from,
-                        done.memory + piece.position, got);
+                    std::memcpy(requests[piece.request].memory.bytes() + piece.from,
+                                done.memory + piece.position, got);
                 }
                 result.bytes += got;
             }

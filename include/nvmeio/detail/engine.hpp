@@ -751,12 +751,13 @@ class engine {
             if (g.failure) continue;
             auto move_through = [&](std::byte* memory, std::size_t position, std::size_t length) {
                 if (j.op == operation::write) {
-                    j.target.write_at(memory, length, g.offset + position, g.failure);
+                    j.target.write_at(nvmeio::memory(memory, length), g.offset + position,
+                                      g.failure);
                     return !g.failure;
                 }
                 if (position >= st.end_of_data) return false;
-                const std::size_t got =
-                    j.target.read_at(memory, length, g.offset + position, g.failure);
+                const std::size_t got = j.target.read_at(nvmeio::memory(memory, length),
+                                                         g.offset + position, g.failure);
                 if (got < length) st.end_of_data = std::min(st.end_of_data, position + got);
                 return !g.failure;
             };

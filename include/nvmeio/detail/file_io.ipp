@@ -55,8 +55,10 @@ namespace detail {
 inline constexpr std::size_t sync_bounce_size = 64 * 1024;
 }  // namespace detail
 
-inline std::size_t file::read_at(void* buffer, std::size_t length, std::uint64_t offset,
+inline std::size_t file::read_at(mutable_memory memory, std::uint64_t offset,
                                  io_failure& failure) const {
+    void* const buffer = memory.data();
+    const std::size_t length = memory.size();
     failure = {};
     if (!is_open()) {
         failure = {detail::errno_code(EBADF), operation_name("read"), path(), offset, length};
@@ -170,8 +172,9 @@ inline bool file::write_merged(std::byte* bounce, const std::byte* bytes, std::u
     return write_plain(bounce, span, start, failure);
 }
 
-inline void file::write_at(const void* buffer, std::size_t length, std::uint64_t offset,
-                           io_failure& failure) const {
+inline void file::write_at(const_memory memory, std::uint64_t offset, io_failure& failure) const {
+    const void* const buffer = memory.data();
+    const std::size_t length = memory.size();
     failure = {};
     if (!is_open()) {
         failure = {detail::errno_code(EBADF), operation_name("write"), path(), offset, length};

@@ -19,6 +19,7 @@
 #include "nvmeio/detail/engine.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
+#include "nvmeio/memory.hpp"
 #include "nvmeio/perf.hpp"
 #include "nvmeio/transfer.hpp"
 #include "nvmeio/version.hpp"
@@ -27,8 +28,10 @@ NVMEIO_BEGIN_NAMESPACE
 namespace detail {
 
 // The one precondition check of every transfer front end (the O_DIRECT rules of strategy.hpp).
-inline void check_transfer(const file& f, operation op, const void* buffer, std::size_t length,
-                           std::uint64_t offset, std::size_t block_size) {
+inline void check_transfer(const file& f, operation op, const_memory memory, std::uint64_t offset,
+                           std::size_t block_size) {
+    const void* buffer = memory.data();
+    const std::size_t length = memory.size();
     const auto what = [&] {  // built only for a message
         return std::string(to_string(op)) + " of " + std::to_string(length) + " bytes at offset " +
                std::to_string(offset) + " in '" + f.path() + "': ";
@@ -68,9 +71,9 @@ inline void check_transfer(const file& f, operation op, const void* buffer, std:
 
 [[noreturn]] inline void throw_bad_request(const file& f, std::size_t index, const batch_request& r,
                                            const std::string& why) {
-    throw_invalid("batch request " + std::to_string(index) + " (" + std::to_string(r.length) +
-                  " bytes at offset " + std::to_string(r.offset) + " in '" + f.path() +
-                  "'): " + why);
+    throw_invalid("batch request " + std::to_string(index) + " (" +
+                  std::to_string(r.memory.size()) + " bytes at offset " + std::to_string(r.offset) +
+                  " in '" + f.path() + "'): " + why);
 }
 
 // The one check of a batch's settings and requests (messages are built only on failure).
@@ -85,10 +88,11 @@ inline void check_batch(const file& f, operation op, const std::vector<batch_req
     }
     for (std::size_t i = 0; i < requests.size(); ++i) {
         const batch_request& r = requests[i];
-        if (r.length == 0) continue;
-        if (r.buffer == nullptr) throw_bad_request(f, i, r, "the buffer is null");
-        if (r.offset > std::numeric_limits<std::uint64_t>::max() - r.length ||
-            r.offset + r.length > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
+        const std::size_t length = r.memory.size();
+        if (length == 0) continue;
+        if (r.memory.data() == nullptr) throw_bad_request(f, i, r, "the buffer is null");
+        if (r.offset > std::numeric_limits<std::uint64_t>::max() - length ||
+            r.offset + length > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
             throw_bad_request(f, i, r, "the range passes the largest file offset");
         }
     }
@@ -113,13 +117,12 @@ decltype(auto) with_policy(const Policy& policy, Run&& run) {
 
 // A checked transfer on one aio context: one segment through the engine.
 template <class Context, class Config>
-transfer_result run_transfer(Context& context, const file& f, operation op, void* buffer,
-                             std::size_t length, std::uint64_t offset, const Config& config,
-                             io_failure& failure) {
+transfer_result run_transfer(Context& context, const file& f, operation op, mutable_memory memory,
+                             std::uint64_t offset, const Config& config, io_failure& failure) {
     transfer_result result;
     failure = {};
-    if (length == 0) return result;
-    segment one{static_cast<std::byte*>(buffer), offset, length, 0, 0, {}};
+    if (memory.empty()) return result;
+    segment one{memory.bytes(), offset, memory.size(), 0, 0, {}};
     with_policy(config, [&](const auto& policy) {
         engine_of<Context>::move(context, f, op, &one, 1, policy,
                                  policy.measure ? &result.perf : nullptr);

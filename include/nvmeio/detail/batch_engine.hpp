@@ -1,10 +1,11 @@
 #pragma once
 /// \file detail/batch_engine.hpp
-/// How a batch moves (batch.hpp has the rules a caller sees): requests sorted by file offset and
-/// coalesced into groups, groups moved in waves of engine segments that keep one queue full,
-/// staged through the engine's slots where they cannot go straight between the caller's memory
-/// and the file, and the merge of a written group's last partial unit with the file's bytes
-/// through the bounce arena.
+/// How a batch moves (batch.hpp has the rules a caller sees): requests sorted
+/// by file offset and coalesced into groups, groups moved in waves of engine
+/// segments that keep one queue full, staged through the engine's slots where
+/// they cannot go straight between the caller's memory and the file, and the
+/// merge of a written group's last partial unit with the file's bytes through
+/// the bounce arena.
 
 #include <algorithm>
 #include <chrono>
@@ -34,8 +35,8 @@ struct batch_group {
     bool contiguous_memory = true;
 };
 
-// The indices of the requests that move bytes, in file order (stable: equal offsets keep the
-// caller's order).
+// The indices of the requests that move bytes, in file order (stable: equal
+// offsets keep the caller's order).
 inline std::vector<std::size_t> file_order(const std::vector<batch_request>& requests) {
     std::vector<std::size_t> order;
     order.reserve(requests.size());
@@ -48,8 +49,9 @@ inline std::vector<std::size_t> file_order(const std::vector<batch_request>& req
     return order;
 }
 
-// The batch's one offset rule: the first request, in `order`, that starts off `unit` and does
-// not continue the request before it (which then carries it as its tail); npos when none does.
+// The batch's one offset rule: the first request, in `order`, that starts off
+// `unit` and does not continue the request before it (which then carries it as
+// its tail); npos when none does.
 inline std::size_t first_unaligned_start(const std::vector<batch_request>& requests,
                                          const std::vector<std::size_t>& order, std::size_t unit) {
     std::uint64_t end = 0;  // of the request before, in file order
@@ -61,8 +63,8 @@ inline std::size_t first_unaligned_start(const std::vector<batch_request>& reque
     return static_cast<std::size_t>(-1);
 }
 
-// Sorts and coalesces checked requests; throws std::invalid_argument for an unaligned request
-// that does not continue the one before it.
+// Sorts and coalesces checked requests; throws std::invalid_argument for an
+// unaligned request that does not continue the one before it.
 inline std::vector<batch_group> plan_batch(const file& f,
                                            const std::vector<batch_request>& requests,
                                            const batch_options& options) {
@@ -97,38 +99,72 @@ inline std::vector<batch_group> plan_batch(const file& f,
     return groups;
 }
 
-// True when a group goes without a copy: its buffers are adjacent in memory and start aligned,
-// or each is aligned and they average at least `min_direct_size` bytes.
-inline bool zero_copy(const file& f, const std::vector<batch_request>& requests,
+// What a batch's plan depends on, of its file and context.
+struct wave_rules {
+    std::size_t unit = 1;         // the file's O_DIRECT unit of offsets and lengths (1: none)
+    std::size_t memory_unit = 1;  // of memory addresses (1: none)
+    std::size_t arena_alignment = 4096;
+    std::size_t padding_unit = 1;  // whole units moved past a request's end (1: none)
+    std::size_t block_size = 0;    // the context's
+
+    static wave_rules of(const file& f, std::size_t block_size) {
+        wave_rules r;
+        r.unit = f.required_alignment();
+        r.memory_unit = f.is_direct() ? f.alignment().memory : 1;
+        r.arena_alignment = std::max<std::size_t>(r.memory_unit, 4096);
+        // Whole units may be moved past a request's end only where the file is made
+        // of units.
+        const bool pad =
+            r.unit > 1 && (f.kind() == file_kind::regular || f.kind() == file_kind::block_device);
+        r.padding_unit = pad ? r.unit : 1;
+        r.block_size = block_size;
+        return r;
+    }
+    // The arena bytes `length` bounced bytes take: whole units, each slot
+    // aligned.
+    [[nodiscard]] std::size_t slot_of(std::size_t length) const {
+        return static_cast<std::size_t>(align_up(length, std::max(unit, arena_alignment)));
+    }
+};
+
+// True when a group goes without a copy: its buffers are adjacent in memory and
+// start aligned, or each is aligned and they average at least `min_direct_size`
+// bytes.
+inline bool zero_copy(const wave_rules& rules, const std::vector<batch_request>& requests,
                       const batch_group& g, const batch_options& options) {
-    const std::size_t memory_unit = f.is_direct() ? f.alignment().memory : 1;
-    if (g.contiguous_memory)
-        return is_aligned(requests[g.members.front()].memory.data(), memory_unit);
+    if (g.contiguous_memory) {
+        return is_aligned(requests[g.members.front()].memory.data(), rules.memory_unit);
+    }
     if (g.length / g.members.size() < options.min_direct_size) return false;
     for (std::size_t index : g.members) {
-        if (!is_aligned(requests[index].memory.data(), memory_unit) ||
-            !is_aligned(requests[index].offset, f.required_alignment())) {
+        if (!is_aligned(requests[index].memory.data(), rules.memory_unit) ||
+            !is_aligned(requests[index].offset, rules.unit)) {
             return false;
         }
     }
     return true;
 }
 
-// A wave of a batch as engine segments. A segment whose `span` is not 0 lives in the bounce
-// arena. A piece is the part of a request that one segment carries: `length` bytes at
-// `position` in the segment and at `from` in the request.
+// A wave of a batch as engine segments. A segment whose `span` is not 0 lives
+// in the bounce arena, at `arena_at` (its memory is set once the arena is
+// there). A piece is the part of a request that one segment carries: `length`
+// bytes at `position` in the segment and at `from` in the request.
 struct batch_wave {
     struct piece {
         std::size_t request, position, from, length;
     };
     std::vector<segment> segments;
+    std::vector<std::size_t> arena_at;        // per segment
     std::vector<std::size_t> first_piece{0};  // per segment, and one past the last
     std::vector<piece> pieces;
+    std::size_t arena_size = 0;  // the arena it needs: one smaller is replaced by one this size
+    std::size_t arena_used = 0;  // bytes of it the wave's segments take
 };
 
-// Before a wave of writes: bounced segments get the caller's bytes; those ending inside an
-// alignment unit first get the rest of that unit from the file, read through the queue. Returns
-// where the furthest padded write ends and where the file must end if that is past its end.
+// Before a wave of writes: bounced segments get the caller's bytes; those
+// ending inside an alignment unit first get the rest of that unit from the
+// file, read through the queue. Returns where the furthest padded write ends
+// and where the file must end if that is past its end.
 template <class Context, class Strategy>
 std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
     Context& context, const file& f, batch_wave& w, const Strategy& policy, transfer_perf* perf,
@@ -169,7 +205,8 @@ std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
     return furthest;
 }
 
-// The stager of a wave's staged segments: their bytes are the pieces of the caller's requests.
+// The stager of a wave's staged segments: their bytes are the pieces of the
+// caller's requests.
 struct wave_stager_state {
     const batch_wave* wave;
     const std::vector<batch_request>* requests;
@@ -199,150 +236,217 @@ inline void copy_wave_pieces(const void* state, std::size_t index, std::size_t p
     }
 }
 
-// Moves the groups `which` (in that order) through `context`. A group goes straight between the
-// caller's memory and the file where zero_copy says so, else staged: the engine copies its bytes
-// through staging slots request by request, overlapped with the device's work. Either way its
-// last partial alignment unit, if any, goes padded through the bounce arena (a staged group no
-// longer than a block goes there whole); groups go in waves whose arena bytes stay within
-// `bounce_size`. Results go to `results` (each request's own element, so workers running other
-// groups may share it), counts to `tally`, measurements (when asked) to `perf`.
+// Plans the groups `which` (in that order) of a batch as waves, without
+// touching memory or files. A group goes straight between the caller's memory
+// and the file where zero_copy says so, else staged: the engine copies its
+// bytes through staging slots request by request, overlapped with the device's
+// work. Either way its last partial alignment unit, if any, goes padded through
+// the bounce arena (a staged group no longer than a block goes there whole). A
+// wave's arena bytes stay within `bounce_size`; the arena grows at a wave's
+// start only, to what is left to bounce (up to bounce_size), so that one a
+// smaller batch left behind does not cap this batch's waves.
+class wave_planner {
+  public:
+    // `arena_capacity`: the arena the batch starts with (a context keeps one
+    // between batches).
+    wave_planner(const wave_rules& rules, const std::vector<batch_request>& requests,
+                 const std::vector<batch_group>& groups, const std::vector<std::size_t>& which,
+                 const batch_options& options, std::size_t arena_capacity)
+        : rules_(rules),
+          requests_(requests),
+          groups_(groups),
+          which_(which),
+          bounce_size_(options.bounce_size),
+          capacity_(arena_capacity),
+          direct_(which.size()) {
+        for (std::size_t k = 0; k < which.size(); ++k) {
+            const batch_group& g = groups[which[k]];
+            direct_[k] = zero_copy(rules, requests, g, options);
+            const std::size_t from = arena_from(g, direct_[k]);
+            if (from != g.length) remaining_ += rules.slot_of(g.length - from);  // <= a block
+        }
+    }
+
+    // The planner reads the requests, groups and order as it goes: temporaries would be gone.
+    wave_planner(const wave_rules&, std::vector<batch_request>&&, const std::vector<batch_group>&,
+                 const std::vector<std::size_t>&, const batch_options&, std::size_t) = delete;
+    wave_planner(const wave_rules&, const std::vector<batch_request>&, std::vector<batch_group>&&,
+                 const std::vector<std::size_t>&, const batch_options&, std::size_t) = delete;
+    wave_planner(const wave_rules&, const std::vector<batch_request>&,
+                 const std::vector<batch_group>&, std::vector<std::size_t>&&, const batch_options&,
+                 std::size_t) = delete;
+
+    // The next wave into `w`; false when every group has been planned.
+    bool next(batch_wave& w) {
+        w = batch_wave{};
+        if (k_ == which_.size()) return false;
+        for (; k_ < which_.size(); ++k_) {
+            const batch_group& g = groups_[which_[k_]];
+            const std::size_t body = arena_from(g, direct_[k_]);
+            if (body != g.length && !reserve(w, rules_.slot_of(g.length - body))) break;
+            ++ios_;
+            member_ = member_at_ = 0;
+            if (!direct_[k_]) {
+                if (body != 0) add(w, g, 0, body, kind::staged, nullptr);
+            } else {  // runs of members adjacent in memory go as one segment each
+                std::size_t at = 0;
+                for (std::size_t m = 0; m < g.members.size() && at < body;) {
+                    std::byte* memory = requests_[g.members[m]].memory.bytes();
+                    std::size_t end = at + requests_[g.members[m]].memory.size();
+                    for (++m; m < g.members.size() && g.contiguous_memory; ++m)
+                        end += requests_[g.members[m]].memory.size();
+                    add(w, g, at, std::min(end, body), kind::caller, memory);
+                    at = end;
+                }
+            }
+            if (body != g.length) add(w, g, body, g.length, kind::bounced, nullptr);
+        }
+        return true;
+    }
+
+    [[nodiscard]] std::size_t ios() const noexcept { return ios_; }  // planned so far
+    [[nodiscard]] std::size_t bounced_bytes() const noexcept { return bounced_bytes_; }
+
+  private:
+    enum class kind { caller, staged, bounced };
+
+    // Where group g's bytes go through the arena from: its last partial unit, or
+    // all of it when it is staged and fits in one block (one padded request
+    // rather than two).
+    [[nodiscard]] std::size_t arena_from(const batch_group& g, bool direct) const {
+        const std::size_t body = g.length - g.length % rules_.padding_unit;
+        return !direct && body != g.length && g.length <= rules_.block_size ? 0 : body;
+    }
+
+    // Room for `need` more arena bytes in wave `w` (false: the wave is full).
+    bool reserve(batch_wave& w, std::size_t need) {
+        if (w.arena_used == 0) {
+            const std::size_t want = std::max(need, std::min(bounce_size_, remaining_));
+            if (capacity_ < want) {
+                w.arena_size = want;
+                capacity_ = static_cast<std::size_t>(align_up(want, rules_.arena_alignment));
+            }
+        } else if (w.arena_used + need > std::min(bounce_size_, capacity_)) {
+            return false;
+        }
+        remaining_ = remaining_ > need ? remaining_ - need : 0;
+        return true;
+    }
+
+    // A segment for bytes [from, to) of group g: from `memory`, staged (null), or
+    // padded in the arena; with the pieces of the members it carries.
+    void add(batch_wave& w, const batch_group& g, std::size_t from, std::size_t to, kind how,
+             std::byte* memory) {
+        std::size_t span = 0;
+        w.arena_at.push_back(w.arena_used);
+        if (how == kind::bounced) {
+            span = static_cast<std::size_t>(align_up(to - from, rules_.padding_unit));
+            w.arena_used += rules_.slot_of(to - from);
+        }
+        if (how != kind::caller) bounced_bytes_ += to - from;
+        w.segments.push_back({memory, g.offset + from, to - from, span, 0, {}});
+        // Segments of a group come in file order: the member scan goes on where it
+        // stopped.
+        for (; member_ < g.members.size() && member_at_ < to; ++member_) {
+            const std::size_t index = g.members[member_];
+            const std::size_t length = requests_[index].memory.size();
+            const std::size_t begin = std::max(member_at_, from);
+            const std::size_t end = std::min(member_at_ + length, to);
+            if (begin < end)
+                w.pieces.push_back({index, begin - from, begin - member_at_, end - begin});
+            if (member_at_ + length > to) break;  // it goes on in the next segment
+            member_at_ += length;
+        }
+        w.first_piece.push_back(w.pieces.size());
+    }
+
+    const wave_rules rules_;
+    const std::vector<batch_request>& requests_;
+    const std::vector<batch_group>& groups_;
+    const std::vector<std::size_t>& which_;
+    const std::size_t bounce_size_;
+    std::size_t capacity_;       // of the arena, as planned so far
+    std::vector<bool> direct_;   // per group of `which`
+    std::size_t remaining_ = 0;  // arena bytes of the groups not yet planned
+    std::size_t k_ = 0;          // the next group of `which`
+    std::size_t member_ = 0;     // the group's first member not wholly placed yet
+    std::size_t member_at_ = 0;  // where it starts in the group
+    std::size_t ios_ = 0;
+    std::size_t bounced_bytes_ = 0;
+};
+
+// Moves one planned wave whose bounced segments lie in the arena, and records
+// what each of its requests got in `results`.
+template <class Context>
+void run_wave(Context& context, const file& f, operation op,
+              const std::vector<batch_request>& requests, batch_wave& w,
+              const batch_options& options, std::vector<batch_result>& results,
+              std::vector<transfer_perf>& perf) {
+    const auto measured = [&] { return options.config.measure ? &perf.emplace_back() : nullptr; };
+    const wave_stager_state callers{&w, &requests};
+    // Staging and the arena together stay within bounce_size (at least one
+    // staging slot).
+    const stager stage{copy_wave_pieces, &callers,
+                       options.bounce_size > w.arena_used ? options.bounce_size - w.arena_used : 0};
+    std::pair<std::uint64_t, std::uint64_t> padding{0, 0};  // see fill_bounced_writes
+    with_policy(options.config, [&](const auto& policy) {   // one engine loop per wave
+        if (op == operation::write)
+            padding = fill_bounced_writes(context, f, w, policy, measured(), requests);
+        engine_of<Context>::move(context, f, op, w.segments.data(), w.segments.size(), policy,
+                                 measured(), &stage);
+    });
+    const io_failure trim =
+        padding.first != 0 ? trim_write_padding(f, padding.first, padding.second) : io_failure{};
+    for (std::size_t i = 0; i < w.segments.size(); ++i) {
+        const segment& done = w.segments[i];
+        const io_failure& failure = done.failure ? done.failure : trim;
+        for (std::size_t p = w.first_piece[i]; p < w.first_piece[i + 1]; ++p) {
+            const batch_wave::piece& piece = w.pieces[p];
+            batch_result& result = results[piece.request];
+            if (done.failure || (trim && done.span > done.length)) {
+                if (!result.failure) result.failure = failure;
+                result.bytes = 0;
+            }
+            if (result.failure) continue;
+            const std::size_t got = done.bytes > piece.position
+                                        ? std::min(piece.length, done.bytes - piece.position)
+                                        : 0;
+            if (done.span != 0 && op == operation::read && got != 0) {
+                std::memcpy(requests[piece.request].memory.bytes() + piece.from,
+                            done.memory + piece.position, got);
+            }
+            result.bytes += got;
+        }
+    }
+}
+
+// Moves the groups `which` (in that order) through `context`, wave by wave as
+// wave_planner plans them. Results go to `results` (each request's own element,
+// so workers running other groups may share it), counts to `tally`,
+// measurements (when asked) to `perf`.
 template <class Context>
 void run_groups(Context& context, const file& f, operation op,
                 const std::vector<batch_request>& requests, const std::vector<batch_group>& groups,
                 const std::vector<std::size_t>& which, const batch_options& options,
                 std::vector<batch_result>& results, batch_outcome& tally,
                 std::vector<transfer_perf>& perf) {
-    const std::size_t unit = f.required_alignment();
-    const std::size_t arena_alignment =
-        std::max<std::size_t>(f.is_direct() ? f.alignment().memory : 1, 4096);
-    // Whole units may be moved past a request's end only where the file is made of units.
-    const bool pad =
-        unit > 1 && (f.kind() == file_kind::regular || f.kind() == file_kind::block_device);
-    const std::size_t padding_unit = pad ? unit : 1;
-    auto slot_of = [&](std::size_t length) {
-        return static_cast<std::size_t>(align_up(length, std::max(unit, arena_alignment)));
-    };
-    // Where group g's bytes go through the arena from: its last partial unit, or all of it when
-    // it is staged and fits in one block (one padded request rather than two).
-    auto arena_from = [&](const batch_group& g, bool direct) -> std::size_t {
-        const std::size_t body = g.length - g.length % padding_unit;
-        return !direct && body != g.length && g.length <= context.block_size() ? 0 : body;
-    };
-    std::vector<bool> direct(which.size());
-    std::size_t remaining = 0;  // arena bytes of every group
-    for (std::size_t k = 0; k < which.size(); ++k) {
-        const batch_group& g = groups[which[k]];
-        direct[k] = zero_copy(f, requests, g, options);
-        const std::size_t from = arena_from(g, direct[k]);
-        if (from != g.length) remaining += slot_of(g.length - from);  // <= a block each: no wrap
-    }
-
+    const wave_rules rules = wave_rules::of(f, context.block_size());
     typename engine_of<Context>::template arena_loan<Context> loan(context, options.bounce_size);
     aligned_buffer& arena = loan.arena;
-    if (arena.alignment() < arena_alignment) arena = aligned_buffer();
-    for (std::size_t k = 0; k < which.size();) {
-        batch_wave w;
-        std::size_t arena_used = 0;
-        // Room for `need` more arena bytes in this wave (false: the wave is full). The arena grows
-        // at a wave's start only, to what is left to bounce (up to bounce_size), so that one a
-        // smaller batch left behind does not cap this batch's waves.
-        auto reserve = [&](std::size_t need) {
-            if (arena_used == 0) {
-                const std::size_t want = std::max(need, std::min(options.bounce_size, remaining));
-                if (arena.capacity() < want) arena = aligned_buffer(want, arena_alignment);
-            } else if (arena_used + need > std::min(options.bounce_size, arena.capacity())) {
-                return false;
-            }
-            remaining = remaining > need ? remaining - need : 0;
-            return true;
-        };
-        std::size_t member = 0, member_at = 0;  // the group's first member not wholly placed yet
-        // A segment for bytes [from, to) of group g: from `memory`, staged (null), or padded in
-        // the arena.
-        enum class kind { caller, staged, bounced };
-        auto add = [&](const batch_group& g, std::size_t from, std::size_t to, kind how,
-                       std::byte* memory) {
-            std::size_t span = 0;
-            if (how == kind::bounced) {
-                memory = arena.data() + arena_used;
-                span = static_cast<std::size_t>(align_up(to - from, padding_unit));
-                arena_used += slot_of(to - from);
-            }
-            if (how != kind::caller) tally.bounced_bytes += to - from;
-            w.segments.push_back({memory, g.offset + from, to - from, span, 0, {}});
-            // Segments of a group come in file order: the member scan goes on where it stopped.
-            for (; member < g.members.size() && member_at < to; ++member) {
-                const std::size_t index = g.members[member];
-                const std::size_t begin = std::max(member_at, from);
-                const std::size_t end = std::min(member_at + requests[index].memory.size(), to);
-                if (begin < end)
-                    w.pieces.push_back({index, begin - from, begin - member_at, end - begin});
-                if (member_at + requests[index].memory.size() > to)
-                    break;  // it goes on in the next
-                member_at += requests[index].memory.size();
-            }
-            w.first_piece.push_back(w.pieces.size());
-        };
-        for (; k < which.size(); ++k) {
-            const batch_group& g = groups[which[k]];
-            const std::size_t body = arena_from(g, direct[k]);
-            if (body != g.length && !reserve(slot_of(g.length - body))) break;
-            ++tally.ios;
-            member = member_at = 0;
-            if (!direct[k]) {
-                if (body != 0) add(g, 0, body, kind::staged, nullptr);
-            } else {  // runs of members adjacent in memory go as one segment each
-                std::size_t at = 0;
-                for (std::size_t m = 0; m < g.members.size() && at < body;) {
-                    std::byte* memory = requests[g.members[m]].memory.bytes();
-                    std::size_t end = at + requests[g.members[m]].memory.size();
-                    for (++m; m < g.members.size() && g.contiguous_memory; ++m)
-                        end += requests[g.members[m]].memory.size();
-                    add(g, at, std::min(end, body), kind::caller, memory);
-                    at = end;
-                }
-            }
-            if (body != g.length) add(g, body, g.length, kind::bounced, nullptr);
+    if (arena.alignment() < rules.arena_alignment) arena = aligned_buffer();
+    wave_planner planner(rules, requests, groups, which, options, arena.capacity());
+    batch_wave w;
+    while (planner.next(w)) {
+        if (arena.capacity() < w.arena_size) {
+            arena = aligned_buffer(w.arena_size, rules.arena_alignment);
         }
-        const auto measured = [&] {
-            return options.config.measure ? &perf.emplace_back() : nullptr;
-        };
-        const wave_stager_state callers{&w, &requests};
-        // Staging and the arena together stay within bounce_size (at least one staging slot).
-        const stager stage{copy_wave_pieces, &callers,
-                           options.bounce_size > arena_used ? options.bounce_size - arena_used : 0};
-        std::pair<std::uint64_t, std::uint64_t> padding{0, 0};  // see fill_bounced_writes
-        with_policy(options.config, [&](const auto& policy) {   // one engine loop per wave
-            if (op == operation::write)
-                padding = fill_bounced_writes(context, f, w, policy, measured(), requests);
-            engine_of<Context>::move(context, f, op, w.segments.data(), w.segments.size(), policy,
-                                     measured(), &stage);
-        });
-        const io_failure trim = padding.first != 0
-                                    ? trim_write_padding(f, padding.first, padding.second)
-                                    : io_failure{};
         for (std::size_t i = 0; i < w.segments.size(); ++i) {
-            const segment& done = w.segments[i];
-            const io_failure& failure = done.failure ? done.failure : trim;
-            for (std::size_t p = w.first_piece[i]; p < w.first_piece[i + 1]; ++p) {
-                const batch_wave::piece& piece = w.pieces[p];
-                batch_result& result = results[piece.request];
-                if (done.failure || (trim && done.span > done.length)) {
-                    if (!result.failure) result.failure = failure;
-                    result.bytes = 0;
-                }
-                if (result.failure) continue;
-                const std::size_t got = done.bytes > piece.position
-                                            ? std::min(piece.length, done.bytes - piece.position)
-                                            : 0;
-                if (done.span != 0 && op == operation::read && got != 0) {
-                    std::memcpy(requests[piece.request].memory.bytes() + piece.from,
-                                done.memory + piece.position, got);
-                }
-                result.bytes += got;
-            }
+            if (w.segments[i].span != 0) w.segments[i].memory = arena.data() + w.arena_at[i];
         }
+        run_wave(context, f, op, requests, w, options, results, perf);
     }
+    tally.ios += planner.ios();
+    tally.bounced_bytes += planner.bounced_bytes();
 }
 
 inline std::uint64_t bytes_moved(const batch_outcome& outcome) {
@@ -369,11 +473,11 @@ batch_outcome run_batch(Context& context, const file& f, operation op,
     return outcome;
 }
 
-// A checked batch with its coalesced I/Os spread over the workers of a parallel context: each
-// worker takes a run of consecutive I/Os of about equal bytes. Written I/Os that end off the
-// alignment merge their last unit with the file; they run after the others, on one worker in
-// file order, so that cutting the file back to its size never races with another worker growing
-// it.
+// A checked batch with its coalesced I/Os spread over the workers of a parallel
+// context: each worker takes a run of consecutive I/Os of about equal bytes.
+// Written I/Os that end off the alignment merge their last unit with the file;
+// they run after the others, on one worker in file order, so that cutting the
+// file back to its size never races with another worker growing it.
 template <class Parallel>
 batch_outcome spread_batch(Parallel& context, const file& f, operation op,
                            const std::vector<batch_request>& requests,
@@ -393,7 +497,8 @@ batch_outcome spread_batch(Parallel& context, const file& f, operation op,
         }
     }
     const std::size_t workers = std::min<std::size_t>(context.threads(), spread_groups.size());
-    // Cut `spread_groups` into `workers` runs of about total / workers bytes each.
+    // Cut `spread_groups` into `workers` runs of about total / workers bytes
+    // each.
     std::vector<std::size_t> cuts{0};
     std::size_t running = 0;
     for (std::size_t i = 0; i < spread_groups.size() && cuts.size() < workers; ++i) {

@@ -117,7 +117,7 @@ class counting_io_uring : public io_uring_backend {
 };
 
 // nvmeio's memory of 4 KiB pages whatever the system's transparent huge pages setting: memory
-// of huge pages would stay whole on a device (io_uring_backend::request_length).
+// of huge pages would stay whole on a device (io_uring_backend::segment_stays_whole).
 aligned_buffer small_pages(std::size_t size) {
     aligned_buffer buffer(size);
     (void)::madvise(buffer.data(), buffer.capacity(), MADV_NOHUGEPAGE);
@@ -350,22 +350,30 @@ BOOST_AUTO_TEST_CASE(a_cut_block_keeps_its_bytes_in_flight_within_the_ring_and_t
     check(plan_requests({512 * k, 0}, true, 4096, 8 * m, 4, 64), 512 * k, 64);
     // Registered memory stays whole from whole_registered_pieces pieces at depth 1, deeper from
     // two.
-    BOOST_TEST(plan_requests(loop, true, 4096, 8 * m, 1, 64).registered_whole_from ==
+    BOOST_TEST(detail::registered_whole_from(512 * k, 1) ==
                detail::whole_registered_pieces * 512 * k);
-    BOOST_TEST(plan_requests(loop, true, 4096, 8 * m, 2, 64).registered_whole_from == 512 * k + 1);
+    BOOST_TEST(detail::registered_whole_from(512 * k, 2) == 512 * k + 1);
     // A block size near SIZE_MAX: as many pieces as the completion ring holds, no overflow.
     const std::size_t largest = std::numeric_limits<std::size_t>::max() / 4096 * 4096;
     check(plan_requests(loop, true, 4096, largest, 4, 64), 512 * k, 64);
 }
 
 // A cursor over one 4 MiB segment of 2 MiB blocks, cut to 512 KiB unless the backend keeps a
-// block whole, whose backend keeps every block whole and counts how often it is asked.
+// block whole, whose backend keeps every block whole and counts how often it is asked: about
+// the segment (segment_asks) and about a block (asks).
 struct counting_cursor {
     static constexpr std::size_t k = 1024, m = 1024 * 1024;
     struct counting_backend {
         int asks = 0;
-        request_limits limits_for(const file&, std::size_t) { return {512 * k, 16}; }
-        std::size_t request_length(const std::byte*, std::size_t, std::size_t, std::size_t length) {
+        int segment_asks = 0;
+        request_limits limits_for(const file&, std::size_t) const { return {512 * k, 16}; }
+        bool segment_stays_whole(const std::byte*, std::size_t, const request_limits&) {
+            ++segment_asks;
+            return false;
+        }
+        std::size_t request_length(const request_limits& limits, bool, const std::byte*,
+                                   std::size_t length) {
+            BOOST_TEST(limits.request_size == 512 * k);  // what limits_for said, passed back
             ++asks;
             return length;
         }
@@ -384,7 +392,7 @@ struct counting_cursor {
     const std::vector<detail::segment_state> state{{4 * m, 4 * m}};
     detail::request_cursor<counting_backend> cursor{backend, f, &s, 1, state, 2 * m};
 
-    counting_cursor() { cursor.cut_to(512 * k); }
+    counting_cursor() { cursor.cut_to({512 * k, 16}); }
 };
 
 // Whether a block stays whole is asked once per block, however often the engine comes back to
@@ -404,6 +412,7 @@ BOOST_AUTO_TEST_CASE(the_cursor_asks_once_per_block_whether_it_stays_whole) {
         c.cursor.advance(2 * m);
     }
     BOOST_TEST(!c.cursor.seek_unfinished());
+    BOOST_TEST(c.backend.segment_asks == 1);  // about the segment, once
 }
 
 // A new plan makes the block at the next position a new question: its answer was the old plan's.
@@ -411,9 +420,10 @@ BOOST_AUTO_TEST_CASE(a_new_plan_asks_the_waiting_block_again) {
     counting_cursor c;
     BOOST_TEST_REQUIRE(c.cursor.seek_unfinished());
     BOOST_TEST(c.cursor.next().length == 2 * counting_cursor::m);
-    c.cursor.cut_to(512 * counting_cursor::k);
+    c.cursor.cut_to({512 * counting_cursor::k, 16});
     BOOST_TEST(c.cursor.next().length == 2 * counting_cursor::m);  // not the plan's 512 KiB
     BOOST_TEST(c.backend.asks == 2);
+    BOOST_TEST(c.backend.segment_asks == 2);  // the segment too: its answer was the old plan's
 }
 
 // Huge pages are asked of the kernel (PAGEMAP_SCAN, Linux 6.7): a buffer of transparent huge
@@ -512,8 +522,8 @@ BOOST_AUTO_TEST_CASE(io_uring_requests_on_a_device_are_cut_to_what_it_takes_whol
             }
         }
     }
-    // Memory of huge pages stays whole (io_uring_backend::request_length says why): 1 MiB requests
-    // of it need no split here, and no worker.
+    // Memory of huge pages stays whole (io_uring_backend::segment_stays_whole says why): 1 MiB
+    // requests of it need no split here, and no worker.
     aligned_buffer huge(size, 4096, buffer_options{true, true, false});
     const bool is_huge = detail::pagemap().huge_pages_back(huge.data(), size);
     BOOST_TEST_MESSAGE("huge pages: " << (is_huge ? "yes" : "no, cut as 4 KiB pages"));

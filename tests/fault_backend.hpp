@@ -186,14 +186,16 @@ class fault_backend {
     // Requests on a block device are cut as the inner backend's are (backend/request.hpp), and
     // every block is cut (none stays whole), so that faults strike the pieces of cut requests.
     template <class I = Inner>
-    auto limits_for(const nvmeio::file& f, std::size_t block_size)
-        -> decltype(std::declval<I&>().limits_for(f, block_size)) {
-        const auto limits = inner_.limits_for(f, block_size);
-        piece_ = limits.request_size;
-        return limits;
+    auto limits_for(const nvmeio::file& f, std::size_t block_size) const
+        -> decltype(std::declval<const I&>().limits_for(f, block_size)) {
+        return inner_.limits_for(f, block_size);
     }
-    std::size_t request_length(const std::byte*, std::size_t, std::size_t, std::size_t) const {
-        return piece_;
+    bool segment_stays_whole(const std::byte*, std::size_t, const nvmeio::request_limits&) const {
+        return false;
+    }
+    std::size_t request_length(const nvmeio::request_limits& limits, bool, const std::byte*,
+                               std::size_t) const {
+        return limits.request_size;
     }
 
     // Requests the kernel accepted and the engine has not reaped yet.
@@ -216,7 +218,6 @@ class fault_backend {
     }
 
   private:
-    std::size_t piece_ = 0;  // limits_for's request size
     bool armed(fault f) const noexcept {
         if (injected_ >= plan_.max_faults) return false;
         for (fault k : plan_.kinds) {

@@ -40,18 +40,23 @@ namespace detail {
 /// Pieces a block of registered memory must make, at least, to go out whole at depth 1.
 inline constexpr std::size_t whole_registered_pieces = 4;
 
-/// Request size and requests in flight at most; when blocks are cut, the length from which a
-/// block of registered memory stays whole.
+/// Request size and requests in flight at most.
 struct request_plan {
     std::size_t request_size = 0;
     unsigned slots = 0;
-    std::size_t registered_whole_from = 0;
 };
+
+/// The length from which a block of registered memory stays whole when blocks are cut to
+/// `piece`: at depth 1 from whole_registered_pieces pieces (nothing overlaps the worker's
+/// hand-off there), deeper from two.
+[[nodiscard]] inline std::size_t registered_whole_from(std::size_t piece,
+                                                       unsigned queue_depth) noexcept {
+    return queue_depth > 1 ? piece + 1 : whole_registered_pieces * piece;
+}
 
 /// What a block of a `queue_depth` x `block_size` context is cut to unless it stays whole, and
 /// how many requests are in flight at most, through a backend holding `completion_capacity`
-/// (>= queue_depth) completions. At depth 1 a block of registered memory stays whole from
-/// whole_registered_pieces pieces (nothing overlaps the worker's hand-off there), deeper from two.
+/// (>= queue_depth) completions.
 [[nodiscard]] inline request_plan plan_requests(const queue_limits& limits, bool direct,
                                                 std::size_t unit, std::size_t block_size,
                                                 unsigned queue_depth,
@@ -66,10 +71,7 @@ struct request_plan {
                             : std::size_t{queue_depth} * pieces;
     if (limits.requests > 0)
         slots = std::min(slots, std::max<std::size_t>(queue_depth, limits.requests));
-    const std::size_t registered_from =
-        queue_depth > 1 ? whole + 1 : whole_registered_pieces * whole;
-    return {whole, static_cast<unsigned>(std::max<std::size_t>(queue_depth, slots)),
-            registered_from};
+    return {whole, static_cast<unsigned>(std::max<std::size_t>(queue_depth, slots))};
 }
 
 }  // namespace detail
@@ -129,7 +131,7 @@ class io_uring_backend {
     /// returns how many were queued, or -errno when none could be (-EINVAL in a child after
     /// fork: the rings it shares with its parent are the parent's).
     int submit(const io_request* requests, std::size_t count) noexcept {
-        if (creator_ != detail::this_process_id()) return -EINVAL;
+        if (!creator_.is_current()) return -EINVAL;
         if (count > 0 && (requests[0].rw_flags & detail::rwf_dontcache) != 0 &&
             (flags_ & IORING_SETUP_DEFER_TASKRUN) != 0 && in_flight_ == 0) {
             if (const int rc = replace_ring(); rc < 0) return rc;  // see the class comment
@@ -152,7 +154,7 @@ class io_uring_backend {
     /// (-EINVAL in a child after fork, which must not take its parent's completions).
     int reap(io_completion* out, std::size_t min, std::size_t max,
              const timespec* timeout) noexcept {
-        if (creator_ != detail::this_process_id()) return -EINVAL;
+        if (!creator_.is_current()) return -EINVAL;
         if (const int rc = serve_this_thread(); rc < 0) return rc;
         if (min > max) min = max;
         std::size_t got = move_ready(out, max);
@@ -211,30 +213,37 @@ class io_uring_backend {
 
     /// Whether a request on [memory, memory + length) goes out registered now (pins nothing).
     [[nodiscard]] bool registers(const void* memory, std::size_t length) const noexcept {
-        return creator_ == detail::this_process_id() && buffers_.holds(memory, length);
+        return creator_.is_current() && buffers_.holds(memory, length);
     }
 
     /// How a transfer of `block_size` blocks on `f` is cut (detail::plan_requests; why: the
     /// comment above it), unless request_length keeps a block whole.
-    [[nodiscard]] request_limits limits_for(const file& f, std::size_t block_size) noexcept {
-        plan_ = detail::plan_requests(f.queue_limits(), f.is_direct(), f.required_alignment(),
-                                      block_size, queue_depth_, completion_capacity_);
-        return {plan_.request_size, plan_.slots};
+    [[nodiscard]] request_limits limits_for(const file& f, std::size_t block_size) const noexcept {
+        const detail::request_plan plan =
+            detail::plan_requests(f.queue_limits(), f.is_direct(), f.required_alignment(),
+                                  block_size, queue_depth_, completion_capacity_);
+        return {plan.request_size, plan.slots};
     }
 
-    /// How long the requests of the `length`-byte block at `position` of a segment
-    /// (`segment_length` bytes at `segment`) may be: `length` when the block goes out whole, else
-    /// limits_for's piece. Whole where a failed try is cheap: huge pages back the segment (asked
-    /// at its first block), or the block is registered and at least registered_whole_from long
-    /// (asked at every block, so memory pinned during a transfer goes whole from its next one).
-    [[nodiscard]] std::size_t request_length(const std::byte* segment, std::size_t segment_length,
-                                             std::size_t position, std::size_t length) noexcept {
-        if (position == 0)
-            huge_ = segment_length > plan_.request_size &&
-                    pages_.huge_pages_back(segment, segment_length);
-        const bool whole = huge_ || (length >= plan_.registered_whole_from &&
-                                     registers(segment + position, length));
-        return whole ? length : plan_.request_size;
+    /// Whether every block of the `length`-byte segment at `segment` goes out whole: huge pages
+    /// back it, so a failed try is cheap. Asked once per segment that has blocks to cut.
+    [[nodiscard]] bool segment_stays_whole(const std::byte* segment, std::size_t length,
+                                           const request_limits& limits) noexcept {
+        return length > limits.request_size && pages_.huge_pages_back(segment, length);
+    }
+
+    /// How long the requests of the `length`-byte block at `block` may be, under `limits` (from
+    /// limits_for): `length` when the block goes out whole, else the cut piece. Whole where its
+    /// segment stays whole, or where the block is registered and at least
+    /// registered_whole_from long (asked at every block, so memory pinned during a transfer goes
+    /// whole from its next one).
+    [[nodiscard]] std::size_t request_length(const request_limits& limits, bool segment_whole,
+                                             const std::byte* block,
+                                             std::size_t length) const noexcept {
+        const bool whole = segment_whole || (length >= detail::registered_whole_from(
+                                                           limits.request_size, queue_depth_) &&
+                                             registers(block, length));
+        return whole ? length : limits.request_size;
     }
 
     /// Whether the ring serves one thread (see the class comment). Turned off, a ring set up
@@ -335,7 +344,7 @@ class io_uring_backend {
     // After fork the child shares the parent's rings: changing their registrations there would
     // change the parent's.
     void refuse_in_child(const char* operation) const {
-        if (creator_ == detail::this_process_id()) return;
+        if (creator_.is_current()) return;
         throw io_error({detail::errno_code(EINVAL),
                         std::string(operation) +
                             " in a child after fork (the io_uring belongs to the parent; create a "
@@ -431,16 +440,14 @@ class io_uring_backend {
     unsigned queue_depth_;
     unsigned completion_capacity_ = 0;
     unsigned flags_ = 0;  // the ring's IORING_SETUP_* flags
-    pid_t creator_ = detail::this_process_id();
+    detail::creator_process creator_;
     std::size_t in_flight_ = 0;  // accepted by submit, not reaped yet
     // Members die after the destructor body has torn the ring down, so the kernel lets go of
     // these before they are freed or closed.
     detail::ring_buffers buffers_{ring_, creator_};
     detail::ring_files files_;
     registration_use use_;
-    detail::request_plan plan_;  // limits_for's, for request_length
-    detail::pagemap pages_;      // which memory huge pages back
-    bool huge_ = false;          // huge pages back the segment request_length is asked about
+    detail::pagemap pages_;  // which memory huge pages back
 };
 
 #endif  // NVMEIO_HAS_IO_URING

@@ -1,6 +1,6 @@
 #pragma once
 /// \file backend/io_uring_pagemap.hpp
-/// Which memory huge pages back, for io_uring_backend::request_length: such memory is pinned a
+/// Which memory huge pages back, for io_uring_backend::segment_stays_whole: it is pinned a
 /// huge page at a time, so a block of it stays whole on a block device even where the plan
 /// cuts (docs/perf/causes.md has the measurements).
 

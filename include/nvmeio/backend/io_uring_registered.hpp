@@ -64,7 +64,8 @@ class ring_buffers final : public memory_pinner {
     static constexpr std::size_t max_length = std::size_t{1} << 30;  // the kernel's, per buffer
     static constexpr std::size_t piece = std::size_t{64} << 20;
 
-    ring_buffers(io_uring& ring, pid_t creator) noexcept : ring_(ring), creator_(creator) {}
+    ring_buffers(io_uring& ring, creator_process creator) noexcept
+        : ring_(ring), creator_(creator) {}
     ring_buffers(const ring_buffers&) = delete;
     ring_buffers& operator=(const ring_buffers&) = delete;
     ~ring_buffers() { detach(); }
@@ -118,7 +119,7 @@ class ring_buffers final : public memory_pinner {
 
     // Called by the registry (its mutex held) before buffer `id`'s memory is freed.
     void unpin(std::uint64_t id) noexcept override {
-        if (creator_ != this_process_id()) return;  // the parent's ring: not ours to change
+        if (!creator_.is_current()) return;  // the parent's ring: not ours to change
         const std::lock_guard<std::mutex> lock(mutex_);
         const pid_t issuer = issuer_.load(std::memory_order_relaxed);
         const bool here = issuer == 0 || issuer == this_thread_id();
@@ -367,7 +368,7 @@ class ring_buffers final : public memory_pinner {
     }
 
     io_uring& ring_;
-    const pid_t creator_;
+    const creator_process creator_;
     mutable std::mutex mutex_;
     bool detached_ = false;
     bool pin_once_ = true;

@@ -198,12 +198,12 @@ class libaio_backend {
     // reading the ring there would take the parent's completions. So only the creating process
     // reads it; elsewhere io_getevents answers (EINVAL in a child).
     completion_ring* user_ring() const noexcept {
-        return ring_ != nullptr && creator_ == detail::this_process_id() ? ring_ : nullptr;
+        return ring_ != nullptr && creator_.is_current() ? ring_ : nullptr;
     }
 
     io_context_t context_ = nullptr;
     completion_ring* ring_ = nullptr;
-    pid_t creator_ = detail::this_process_id();
+    detail::creator_process creator_;
     // A request keeps its iocb from io_submit until its completion is reaped: the kernel copies
     // it at submit, but the event points back at it (`obj`), and valgrind reads the iocb that
     // pointer names to learn which buffer a read filled.

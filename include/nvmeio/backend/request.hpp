@@ -10,8 +10,10 @@
 ///    noexcept` — waits for at least `min` completions (or the timeout) and returns how many it
 ///    stored, or `-errno` (`-EINTR` is possible and means "call again");
 ///  - `static constexpr const char* name`;
-///  - optionally, where it cuts requests (io_uring on a block device), `limits_for` and
-///    `request_length` (docs/ARCHITECTURE.md, "The backend contract"; io_uring_backend's).
+///  - optionally, where it cuts requests (io_uring on a block device), `limits_for`,
+///    `segment_stays_whole` and `request_length`, which keep nothing between calls: what one
+///    answers, the engine passes to the next (docs/ARCHITECTURE.md, "The backend contract";
+///    io_uring_backend's).
 /// A backend never retries, never reorders results and never looks at what a result means.
 
 #include <cstddef>

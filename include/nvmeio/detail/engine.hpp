@@ -125,7 +125,8 @@ inline void cpu_relax() noexcept {
 // The page an uncached file's requests are cut at (see request_cursor::next).
 inline constexpr std::size_t uncached_page = 4096;
 
-/// Whether `Backend` cuts requests (backend/request.hpp: limits_for and request_length).
+/// Whether `Backend` cuts requests (backend/request.hpp: limits_for, segment_stays_whole and
+/// request_length).
 template <class Backend, class = void>
 struct cuts_requests : std::false_type {};
 template <class Backend>
@@ -157,10 +158,12 @@ class request_cursor {
           request_size_(block_size),
           block_request_(block_size) {}
 
-    // Blocks are cut to `request_size` unless the backend keeps them whole.
-    void cut_to(std::size_t request_size) {
-        request_size_ = block_request_ = request_size;
+    // Blocks are cut as `limits` say unless the backend keeps them whole.
+    void cut_to(const request_limits& limits) {
+        limits_ = limits;
+        request_size_ = block_request_ = limits.request_size;
         asked_ = false;  // the block at the next position is asked again, under the new size
+        segment_asked_ = false;
     }
 
     // What a block that does not stay whole is cut to (the block size when blocks are not cut).
@@ -173,6 +176,7 @@ class request_cursor {
             ++next_segment_;
             next_position_ = 0;
             asked_ = false;
+            segment_asked_ = false;
         }
         return next_segment_ < count_;
     }
@@ -217,8 +221,14 @@ class request_cursor {
         if (length <= request_size_ || segments_[next_segment_].memory == nullptr)
             return request_size_;
         if constexpr (cuts_requests<Backend>::value) {
-            return backend_.request_length(segments_[next_segment_].memory,
-                                           state_[next_segment_].body, next_position_, length);
+            const std::byte* memory = segments_[next_segment_].memory;
+            if (!segment_asked_) {
+                segment_whole_ =
+                    backend_.segment_stays_whole(memory, state_[next_segment_].body, limits_);
+                segment_asked_ = true;
+            }
+            return backend_.request_length(limits_, segment_whole_, memory + next_position_,
+                                           length);
         } else {
             return request_size_;
         }
@@ -230,9 +240,12 @@ class request_cursor {
     const std::size_t count_;
     const std::vector<segment_state>& state_;
     const std::size_t block_size_;
-    std::size_t request_size_;   // block_size_, or the backend's piece (cut_to)
-    std::size_t block_request_;  // request_size_, or the length of a block that stays whole
-    bool asked_ = false;         // block_request_ answers for the block at the next position
+    std::size_t request_size_;    // block_size_, or the backend's piece (cut_to)
+    std::size_t block_request_;   // request_size_, or the length of a block that stays whole
+    bool asked_ = false;          // block_request_ answers for the block at the next position
+    request_limits limits_{};     // the backend's cut (cut_to)
+    bool segment_whole_ = false;  // the backend keeps every block of the segment whole
+    bool segment_asked_ = false;  // segment_whole_ answers for the segment at the next position
     std::size_t next_segment_ = 0;
     std::size_t next_position_ = 0;
 };
@@ -394,7 +407,7 @@ class engine {
         }
         if constexpr (cuts_requests<Backend>::value) {
             const request_limits limits = backend.limits_for(target, options.block_size);
-            j.cursor.cut_to(limits.request_size);
+            j.cursor.cut_to(limits);
             j.slot_count = limits.slots;
         }
         slots_.resize(j.slot_count);

@@ -33,28 +33,26 @@ struct header {  // a trivially copyable struct a caller might write
     std::uint64_t fields[8];
 };
 
-// Whether `read(A...)`, `write(A...)`, ... name a call that compiles.
-template <class, class = void>
-struct can_read : std::false_type {};
+// Whether `Call<A...>`, the type of a call below, names a call that compiles.
+template <class, template <class...> class Call, class... A>
+struct detect : std::false_type {};
+template <template <class...> class Call, class... A>
+struct detect<std::void_t<Call<A...>>, Call, A...> : std::true_type {};
+template <template <class...> class Call, class... A>
+inline constexpr bool compiles = detect<void, Call, A...>::value;
+
 template <class... A>
-struct can_read<void(A...), std::void_t<decltype(nvmeio::read(std::declval<A>()...))>>
-    : std::true_type {};
-template <class, class = void>
-struct can_write : std::false_type {};
+using read_call = decltype(nvmeio::read(std::declval<A>()...));
 template <class... A>
-struct can_write<void(A...), std::void_t<decltype(nvmeio::write(std::declval<A>()...))>>
-    : std::true_type {};
-template <class, class = void>
-struct can_async_read : std::false_type {};
+using write_call = decltype(nvmeio::write(std::declval<A>()...));
 template <class... A>
-struct can_async_read<void(A...), std::void_t<decltype(nvmeio::async_read(std::declval<A>()...))>>
-    : std::true_type {};
-template <class, class = void>
-struct can_read_at : std::false_type {};
+using async_read_call = decltype(nvmeio::async_read(std::declval<A>()...));
 template <class... A>
-struct can_read_at<void(A...),
-                   std::void_t<decltype(std::declval<const file&>().read_at(std::declval<A>()...))>>
-    : std::true_type {};
+using async_write_call = decltype(nvmeio::async_write(std::declval<A>()...));
+template <class... A>
+using read_at_call = decltype(std::declval<const file&>().read_at(std::declval<A>()...));
+template <class... A>
+using view_call = decltype(nvmeio::memory(std::declval<A>()...));
 
 using ctx = aio_context&;
 using par = parallel_context&;
@@ -63,64 +61,54 @@ using u64 = std::uint64_t;
 using std::size_t;
 
 // The forms that compile: a buffer, a range, an explicit pointer and size; an offset after it.
-static_assert(can_read<void(ctx, f, aligned_buffer&, u64)>::value);
-static_assert(can_read<void(ctx, f, std::vector<float>&, u64)>::value);
-static_assert(can_read<void(ctx, f, std::array<char, 8>&, u64)>::value);
-static_assert(can_read<void(ctx, f, mutable_memory, u64, transfer_config)>::value);
-static_assert(can_read<void(par, f, aligned_buffer&, u64)>::value);
-static_assert(can_write<void(ctx, f, const std::vector<float>&, u64)>::value);
-static_assert(can_write<void(ctx, f, const_memory, u64)>::value);
+static_assert(compiles<read_call, ctx, f, aligned_buffer&, u64>);
+static_assert(compiles<read_call, ctx, f, std::vector<float>&, u64>);
+static_assert(compiles<read_call, ctx, f, std::array<char, 8>&, u64>);
+static_assert(compiles<read_call, ctx, f, mutable_memory, u64, transfer_config>);
+static_assert(compiles<read_call, par, f, aligned_buffer&, u64>);
+static_assert(compiles<write_call, ctx, f, const std::vector<float>&, u64>);
+static_assert(compiles<write_call, ctx, f, const_memory, u64>);
 
 // A bare pointer, with a length beside it in either order (the swap) or without one.
-static_assert(!can_read<void(ctx, f, void*, size_t, u64)>::value);
-static_assert(!can_read<void(ctx, f, void*, u64)>::value);
-static_assert(!can_read<void(par, f, void*, size_t, u64)>::value);
-static_assert(!can_write<void(ctx, f, const void*, size_t, u64)>::value);
-static_assert(!can_async_read<void(async_context&, f, void*, size_t, u64)>::value);
-static_assert(!can_read_at<void(void*, size_t, u64)>::value);
+static_assert(!compiles<read_call, ctx, f, void*, size_t, u64>);
+static_assert(!compiles<read_call, ctx, f, void*, u64>);
+static_assert(!compiles<read_call, par, f, void*, size_t, u64>);
+static_assert(!compiles<write_call, ctx, f, const void*, size_t, u64>);
+static_assert(!compiles<async_read_call, async_context&, f, void*, size_t, u64>);
+static_assert(!compiles<read_at_call, void*, size_t, u64>);
 static_assert(!std::is_convertible_v<void*, mutable_memory>);
 static_assert(!std::is_convertible_v<const void*, const_memory>);
 // The old form with a buffer and a length: the length would be taken as the offset and the
 // offset as settings, which no route takes.
-static_assert(!can_read<void(ctx, f, aligned_buffer&, size_t, u64)>::value);
+static_assert(!compiles<read_call, ctx, f, aligned_buffer&, size_t, u64>);
 // A struct's address, or the struct itself (no data() and size()).
-static_assert(!can_read<void(ctx, f, header*, size_t, u64)>::value);
-static_assert(!can_read<void(ctx, f, header&, u64)>::value);
+static_assert(!compiles<read_call, ctx, f, header*, size_t, u64>);
+static_assert(!compiles<read_call, ctx, f, header&, u64>);
 static_assert(!std::is_constructible_v<mutable_memory, header*>);
 // `&buffer` for `buffer.data()`, even with a size: the object's own bytes are not its memory.
-template <class, class = void>
-struct can_view : std::false_type {};
-template <class... A>
-struct can_view<void(A...), std::void_t<decltype(nvmeio::memory(std::declval<A>()...))>>
-    : std::true_type {};
-static_assert(!can_view<void(aligned_buffer*, size_t)>::value);
-static_assert(!can_view<void(const std::vector<float>*, size_t)>::value);
+static_assert(!compiles<view_call, aligned_buffer*, size_t>);
+static_assert(!compiles<view_call, const std::vector<float>*, size_t>);
 static_assert(!std::is_constructible_v<mutable_memory, aligned_buffer*, size_t>);
 static_assert(!std::is_constructible_v<const_memory, const std::string*, size_t>);
-static_assert(can_view<void(header*, size_t)>::value);  // a struct's bytes, said explicitly
+static_assert(compiles<view_call, header*, size_t>);  // a struct's bytes, said explicitly
 // Nor `&view` for `view.data()` with a view of someone else's memory (trivially copyable).
-static_assert(!can_view<void(std::string_view*, size_t)>::value);
-static_assert(!can_view<void(mutable_memory*, size_t)>::value);
+static_assert(!compiles<view_call, std::string_view*, size_t>);
+static_assert(!compiles<view_call, mutable_memory*, size_t>);
 // A string literal: its view would hold the terminating NUL.
-static_assert(!can_write<void(ctx, f, const char (&)[6], u64)>::value);
-static_assert(!can_view<void(const char (&)[6])>::value);
+static_assert(!compiles<write_call, ctx, f, const char (&)[6], u64>);
+static_assert(!compiles<view_call, const char (&)[6]>);
 // A temporary, const or not, is gone before an asynchronous transfer of it runs.
-template <class, class = void>
-struct can_async_write : std::false_type {};
-template <class... A>
-struct can_async_write<void(A...), std::void_t<decltype(nvmeio::async_write(std::declval<A>()...))>>
-    : std::true_type {};
-static_assert(can_async_write<void(async_context&, f, const std::vector<char>&, u64)>::value);
-static_assert(!can_async_write<void(async_context&, f, const std::vector<char>&&, u64)>::value);
-static_assert(!can_async_write<void(async_context&, f, std::vector<char>&&, u64)>::value);
-static_assert(!can_write<void(ctx, f, const std::vector<char>&&, u64)>::value);
-static_assert(!can_view<void(const std::vector<char>&&)>::value);
+static_assert(compiles<async_write_call, async_context&, f, const std::vector<char>&, u64>);
+static_assert(!compiles<async_write_call, async_context&, f, const std::vector<char>&&, u64>);
+static_assert(!compiles<async_write_call, async_context&, f, std::vector<char>&&, u64>);
+static_assert(!compiles<write_call, ctx, f, const std::vector<char>&&, u64>);
+static_assert(!compiles<view_call, const std::vector<char>&&>);
 
 // A range of objects that are not bytes, memory that is const, a temporary that would die.
-static_assert(!can_read<void(ctx, f, std::vector<std::string>&, u64)>::value);
-static_assert(!can_read<void(ctx, f, const std::vector<float>&, u64)>::value);
-static_assert(!can_read<void(ctx, f, const_memory, u64)>::value);
-static_assert(!can_read<void(ctx, f, std::vector<float>&&, u64)>::value);
+static_assert(!compiles<read_call, ctx, f, std::vector<std::string>&, u64>);
+static_assert(!compiles<read_call, ctx, f, const std::vector<float>&, u64>);
+static_assert(!compiles<read_call, ctx, f, const_memory, u64>);
+static_assert(!compiles<read_call, ctx, f, std::vector<float>&&, u64>);
 static_assert(!std::is_convertible_v<const_memory, mutable_memory>);
 
 constexpr std::size_t unit = 4096;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <system_error>
 #include <type_traits>
+#include <utility>
 
 #include "nvmeio/aio_context.hpp"
 #include "nvmeio/detail/front_end.hpp"
@@ -23,121 +24,102 @@
 
 NVMEIO_BEGIN_NAMESPACE
 
-template <class Backend>
-class basic_parallel_context;  // parallel_context.hpp
-class stripe_set;              // stripe.hpp
-
 namespace detail {
 
-// How a context moves bytes to and from a target. Each pair nvmeio serves specialises it once
-// (an aio context and a file below; a parallel context and a file, parallel.hpp; a parallel
-// context and a stripe set, stripe.hpp) with the settings it takes, the default among them, and
-// `run`, which checks everything, then moves the bytes, recording an I/O failure in `failure`.
-template <class Context, class Target>
-struct route {};
+// How a context moves bytes to and from a target: each pair nvmeio serves is one overload of
+// `route` (an aio context and a file here; a parallel context and a file, parallel.hpp; a
+// parallel context and a stripe set, stripe.hpp), which checks everything, then moves the bytes,
+// recording an I/O failure in `failure`. A class derived from a context is served as that
+// context. The tag makes the calls below find every overload, wherever it is declared (ADL).
+struct route_tag {};
 
-// The other routes, declared here so that no use can come before them.
-template <class Backend>
-struct route<basic_parallel_context<Backend>, file>;
-template <class Backend>
-struct route<basic_parallel_context<Backend>, stripe_set>;
+// The settings a target's routes take when the caller gives none; a stripe set's: stripe.hpp.
+inline transfer_config default_settings(route_tag, const file&) noexcept {
+    return {};
+}
 
-// The context a route is keyed on: a class derived from a context is served as that context.
-template <class Backend>
-basic_aio_context<Backend> context_kind(const basic_aio_context<Backend>*);
-template <class Backend>
-basic_parallel_context<Backend> context_kind(const basic_parallel_context<Backend>*);
-template <class Context, class Target>
-using route_for = route<decltype(detail::context_kind(static_cast<Context*>(nullptr))), Target>;
+template <class Target>
+using default_settings_t = decltype(default_settings(route_tag{}, std::declval<const Target&>()));
 
-// What a route to a file takes: the run-time transfer_config (the default, or a class derived
-// from it) or a policy.
-struct file_route {
-    using settings = transfer_config;
-    template <class Settings>
-    static constexpr bool takes =
-        is_policy<Settings> || std::is_base_of_v<transfer_config, Settings>;
-};
+// What a route to a file takes: a transfer_config (or a class derived from it) or a policy.
+template <class Settings>
+using if_file_settings =
+    std::enable_if_t<is_policy<Settings> || std::is_base_of_v<transfer_config, Settings>, int>;
 
-template <class Backend>
-struct route<basic_aio_context<Backend>, file> : file_route {
-    template <class Config>
-    static transfer_result run(basic_aio_context<Backend>& context, const file& f, operation op,
-                               mutable_memory memory, std::uint64_t offset, const Config& config,
-                               io_failure& failure) {
-        check_transfer(f, op, memory, offset, context.block_size());
-        return run_transfer(context, f, op, memory, offset, config, failure);
-    }
-};
+template <class Backend, class Settings, if_file_settings<Settings> = 0>
+transfer_result route(route_tag, basic_aio_context<Backend>& context, const file& f, operation op,
+                      mutable_memory memory, std::uint64_t offset, const Settings& settings,
+                      io_failure& failure) {
+    check_transfer(f, op, memory, offset, context.block_size());
+    return run_transfer(context, f, op, memory, offset, settings, failure);
+}
 
-// The settings of a route when the caller gives none.
-template <class Context, class Target>
-using settings_of = typename route_for<Context, Target>::settings;
-
-// Takes part in overload resolution only where a route moves bytes with `Settings`.
-template <class Context, class Target, class Settings>
-using if_route = std::enable_if_t<route_for<Context, Target>::template takes<Settings>, int>;
+// transfer_result where a route moves bytes between a Context and a Target with `Settings`;
+// otherwise the front end below takes no part in overload resolution.
+template <class Context, class Target, class Settings = detail::default_settings_t<Target>>
+using route_result =
+    decltype(route(route_tag{}, std::declval<Context&>(), std::declval<const Target&>(),
+                   operation::read, mutable_memory{}, std::uint64_t{},
+                   std::declval<const Settings&>(), std::declval<io_failure&>()));
 
 }  // namespace detail
 
 /// Moves `memory.size()` bytes between `memory` and `offset` of `target` through `context`;
 /// throws io_error on failure, std::invalid_argument (before anything moves) when a
 /// precondition above is violated. Const memory goes to `write`.
-template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
-          detail::if_route<Context, Target, Settings> = 0>
-[[nodiscard]] transfer_result transfer(Context& context, const Target& target, operation op,
-                                       mutable_memory memory, std::uint64_t offset,
-                                       const Settings& settings = {}) {
+template <class Context, class Target, class Settings = detail::default_settings_t<Target>>
+[[nodiscard]] detail::route_result<Context, Target, Settings> transfer(
+    Context& context, const Target& target, operation op, mutable_memory memory,
+    std::uint64_t offset, const Settings& settings = {}) {
     return detail::or_throw([&](io_failure& failure) {
-        return detail::route_for<Context, Target>::run(context, target, op, memory, offset,
-                                                       settings, failure);
+        return route(detail::route_tag{}, context, target, op, memory, offset, settings, failure);
     });
 }
 
 /// As above; reports I/O failure through `ec` (bad parameters still throw).
-template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
-          detail::if_route<Context, Target, Settings> = 0>
-[[nodiscard]] transfer_result transfer(Context& context, const Target& target, operation op,
-                                       mutable_memory memory, std::uint64_t offset,
-                                       const Settings& settings, std::error_code& ec) {
+template <class Context, class Target, class Settings = detail::default_settings_t<Target>>
+[[nodiscard]] detail::route_result<Context, Target, Settings> transfer(
+    Context& context, const Target& target, operation op, mutable_memory memory,
+    std::uint64_t offset, const Settings& settings, std::error_code& ec) {
     return detail::or_report(ec, [&](io_failure& failure) {
-        return detail::route_for<Context, Target>::run(context, target, op, memory, offset,
-                                                       settings, failure);
+        return route(detail::route_tag{}, context, target, op, memory, offset, settings, failure);
     });
 }
 
 /// Fills `memory` from `offset` of `target` (short only at the end of the file); throws as
 /// `transfer`.
-template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
-          detail::if_route<Context, Target, Settings> = 0>
-[[nodiscard]] transfer_result read(Context& context, const Target& target, mutable_memory memory,
-                                   std::uint64_t offset, const Settings& settings = {}) {
+template <class Context, class Target, class Settings = detail::default_settings_t<Target>>
+[[nodiscard]] detail::route_result<Context, Target, Settings> read(Context& context,
+                                                                   const Target& target,
+                                                                   mutable_memory memory,
+                                                                   std::uint64_t offset,
+                                                                   const Settings& settings = {}) {
     return nvmeio::transfer(context, target, operation::read, memory, offset, settings);
 }
 
 /// Reads; reports I/O failure through `ec`.
-template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
-          detail::if_route<Context, Target, Settings> = 0>
-[[nodiscard]] transfer_result read(Context& context, const Target& target, mutable_memory memory,
-                                   std::uint64_t offset, const Settings& settings,
-                                   std::error_code& ec) {
+template <class Context, class Target, class Settings = detail::default_settings_t<Target>>
+[[nodiscard]] detail::route_result<Context, Target, Settings> read(
+    Context& context, const Target& target, mutable_memory memory, std::uint64_t offset,
+    const Settings& settings, std::error_code& ec) {
     return nvmeio::transfer(context, target, operation::read, memory, offset, settings, ec);
 }
 
 /// Writes every byte of `memory` at `offset` of `target`; throws as `transfer`.
-template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
-          detail::if_route<Context, Target, Settings> = 0>
-transfer_result write(Context& context, const Target& target, const_memory memory,
-                      std::uint64_t offset, const Settings& settings = {}) {
+template <class Context, class Target, class Settings = detail::default_settings_t<Target>>
+detail::route_result<Context, Target, Settings> write(Context& context, const Target& target,
+                                                      const_memory memory, std::uint64_t offset,
+                                                      const Settings& settings = {}) {
     return nvmeio::transfer(context, target, operation::write, detail::unconst(memory), offset,
                             settings);
 }
 
 /// Writes; reports I/O failure through `ec`.
-template <class Context, class Target, class Settings = detail::settings_of<Context, Target>,
-          detail::if_route<Context, Target, Settings> = 0>
-transfer_result write(Context& context, const Target& target, const_memory memory,
-                      std::uint64_t offset, const Settings& settings, std::error_code& ec) {
+template <class Context, class Target, class Settings = detail::default_settings_t<Target>>
+detail::route_result<Context, Target, Settings> write(Context& context, const Target& target,
+                                                      const_memory memory, std::uint64_t offset,
+                                                      const Settings& settings,
+                                                      std::error_code& ec) {
     return nvmeio::transfer(context, target, operation::write, detail::unconst(memory), offset,
                             settings, ec);
 }

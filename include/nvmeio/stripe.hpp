@@ -108,68 +108,69 @@ class stripe_set {
 
 namespace detail {
 
-template <class Backend>
-struct route<basic_parallel_context<Backend>, stripe_set> {
-    using settings = batch_options;
-    template <class Settings>
-    static constexpr bool takes = std::is_base_of_v<batch_options, Settings>;
+// What a stripe set's route takes when the caller gives no settings (strategy.hpp).
+inline batch_options default_settings(route_tag, const stripe_set&) noexcept {
+    return {};
+}
 
-    static transfer_result run(basic_parallel_context<Backend>& context, const stripe_set& set,
-                               operation op, mutable_memory memory, std::uint64_t offset,
-                               const batch_options& options, io_failure& failure) {
-        const std::size_t length = memory.size();
-        const auto start = std::chrono::steady_clock::now();
-        failure = {};
-        transfer_result result;
-        if (set.width() == 0) {
-            throw_invalid("striped " + std::string(to_string(op)) +
-                          ": the stripe set holds no files (it was moved from)");
-        }
-        if (length == 0) return result;
-        if (memory.data() == nullptr) throw_invalid("striped transfer: the buffer is null");
-        if (offset > std::numeric_limits<std::uint64_t>::max() - length) {
-            throw_invalid("striped " + std::string(to_string(op)) + " of " +
-                          std::to_string(length) + " bytes at offset " + std::to_string(offset) +
-                          ": the range passes the largest offset");
-        }
-        if (!is_aligned(offset, set.required_alignment())) {
-            throw_invalid("striped " + std::string(to_string(op)) + " at offset " +
-                          std::to_string(offset) + ": the offset is not a multiple of " +
-                          std::to_string(set.required_alignment()) +
-                          " bytes, which O_DIRECT on the set's files requires");
-        }
-        // Cut the range at stripe unit boundaries; piece i of file d keeps its logical position.
-        const std::size_t width = set.width();
-        std::vector<std::vector<batch_request>> requests(width);
-        std::vector<std::vector<std::size_t>> positions(width);
-        for (std::size_t at = 0; at < length;) {
-            const std::uint64_t logical = offset + at;
-            const std::size_t room =
-                set.stripe_unit() - static_cast<std::size_t>(logical % set.stripe_unit());
-            const std::size_t piece = std::min(room, length - at);
-            const stripe_location where = set.locate(logical);
-            requests[where.file_index].push_back({memory.slice(at, piece), where.offset});
-            positions[where.file_index].push_back(at);
-            at += piece;
-        }
-        // Every share is checked before any moves, so that a bad one moves nothing.
-        for (std::size_t d = 0; d < width; ++d)
-            check_batch(set.files()[d], op, requests[d], options);
-        std::vector<share> shares;
-        spread(context, width, shares, [&](std::size_t d, auto& worker, share& mine) {
-            batch_outcome done = run_batch(worker, set.files()[d], op, requests[d], options);
-            for (std::size_t i = 0; i < requests[d].size(); ++i) {
-                batch_result& r = done.results[i];
-                mine.pieces.push_back(
-                    {positions[d][i], requests[d][i].memory.size(), r.bytes, std::move(r.failure)});
-            }
-            mine.perf.push_back(done.perf);
-        });
-        result.bytes = settle(op, length, shares, failure);
-        if (options.config.measure) result.perf = merged_perf(shares, result.bytes, start);
-        return result;
+// The route of a parallel context to a stripe set (strategy.hpp): batch_options, or a class
+// derived from them.
+template <class Backend>
+transfer_result route(route_tag, basic_parallel_context<Backend>& context, const stripe_set& set,
+                      operation op, mutable_memory memory, std::uint64_t offset,
+                      const batch_options& options, io_failure& failure) {
+    const std::size_t length = memory.size();
+    const auto start = std::chrono::steady_clock::now();
+    failure = {};
+    transfer_result result;
+    if (set.width() == 0) {
+        throw_invalid("striped " + std::string(to_string(op)) +
+                      ": the stripe set holds no files (it was moved from)");
     }
-};
+    if (length == 0) return result;
+    if (memory.data() == nullptr) throw_invalid("striped transfer: the buffer is null");
+    if (offset > std::numeric_limits<std::uint64_t>::max() - length) {
+        throw_invalid("striped " + std::string(to_string(op)) + " of " + std::to_string(length) +
+                      " bytes at offset " + std::to_string(offset) +
+                      ": the range passes the largest offset");
+    }
+    if (!is_aligned(offset, set.required_alignment())) {
+        throw_invalid("striped " + std::string(to_string(op)) + " at offset " +
+                      std::to_string(offset) + ": the offset is not a multiple of " +
+                      std::to_string(set.required_alignment()) +
+                      " bytes, which O_DIRECT on the set's files requires");
+    }
+    // Cut the range at stripe unit boundaries; piece i of file d keeps its logical position.
+    const std::size_t width = set.width();
+    std::vector<std::vector<batch_request>> requests(width);
+    std::vector<std::vector<std::size_t>> positions(width);
+    for (std::size_t at = 0; at < length;) {
+        const std::uint64_t logical = offset + at;
+        const std::size_t room =
+            set.stripe_unit() - static_cast<std::size_t>(logical % set.stripe_unit());
+        const std::size_t piece = std::min(room, length - at);
+        const stripe_location where = set.locate(logical);
+        requests[where.file_index].push_back({memory.slice(at, piece), where.offset});
+        positions[where.file_index].push_back(at);
+        at += piece;
+    }
+    // Every share is checked before any moves, so that a bad one moves nothing.
+    for (std::size_t d = 0; d < width; ++d)
+        check_batch(set.files()[d], op, requests[d], options);
+    std::vector<share> shares;
+    spread(context, width, shares, [&](std::size_t d, auto& worker, share& mine) {
+        batch_outcome done = run_batch(worker, set.files()[d], op, requests[d], options);
+        for (std::size_t i = 0; i < requests[d].size(); ++i) {
+            batch_result& r = done.results[i];
+            mine.pieces.push_back(
+                {positions[d][i], requests[d][i].memory.size(), r.bytes, std::move(r.failure)});
+        }
+        mine.perf.push_back(done.perf);
+    });
+    result.bytes = settle(op, length, shares, failure);
+    if (options.config.measure) result.perf = merged_perf(shares, result.bytes, start);
+    return result;
+}
 
 }  // namespace detail
 NVMEIO_END_NAMESPACE

@@ -61,19 +61,20 @@ struct transfer_config {
     bool measure = false;
 };
 
-/// strategy_kind::sequential as a policy, which picks the engine's loop at compile time.
-struct sequential {
-    static constexpr strategy_kind kind = strategy_kind::sequential;  ///< Its run-time name.
-    submit_mode submit = submit_mode::block;  ///< How requests are submitted.
-    bool measure = false;                     ///< As transfer_config::measure.
+/// A strategy fixed at compile time: a policy. The engine's loop is a template of it, and a
+/// transfer_config only picks one of the two, once, at the top of a transfer. Its other settings
+/// are a transfer_config's, in the same order.
+template <strategy_kind Kind>
+struct strategy_policy {
+    static constexpr strategy_kind kind = Kind;  ///< Its run-time name.
+    submit_mode submit = submit_mode::block;     ///< As transfer_config::submit.
+    bool measure = false;                        ///< As transfer_config::measure.
 };
 
-/// strategy_kind::overlapped as a policy, which picks the engine's loop at compile time.
-struct overlapped {
-    static constexpr strategy_kind kind = strategy_kind::overlapped;  ///< Its run-time name.
-    submit_mode submit = submit_mode::block;  ///< How requests are submitted.
-    bool measure = false;                     ///< As transfer_config::measure.
-};
+/// strategy_kind::sequential as a policy.
+using sequential = strategy_policy<strategy_kind::sequential>;
+/// strategy_kind::overlapped as a policy.
+using overlapped = strategy_policy<strategy_kind::overlapped>;
 
 /// What a transfer did.
 struct transfer_result {

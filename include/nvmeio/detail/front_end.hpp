@@ -100,18 +100,20 @@ inline void check_batch(const file& f, operation op, const std::vector<batch_req
 
 /// Whether `T` is a strategy policy type.
 template <class T>
-inline constexpr bool is_policy = std::is_same_v<T, sequential> || std::is_same_v<T, overlapped>;
+inline constexpr bool is_policy = false;
+template <strategy_kind Kind>
+inline constexpr bool is_policy<strategy_policy<Kind>> = true;
 
-// Calls `run(policy)` with the policy of `config`: a run-time strategy picks one of the engine's
-// loops here, once per transfer (or batch); a policy is passed on as it is.
+// Calls `run(policy)` with the policy of `config`: the one place a run-time strategy picks one of
+// the engine's loops, once per transfer (or batch); a policy is passed on as it is.
 template <class Run>
 decltype(auto) with_policy(const transfer_config& config, Run&& run) {
     if (config.strategy == strategy_kind::sequential)
         return run(sequential{config.submit, config.measure});
     return run(overlapped{config.submit, config.measure});
 }
-template <class Policy, class Run, std::enable_if_t<is_policy<Policy>, int> = 0>
-decltype(auto) with_policy(const Policy& policy, Run&& run) {
+template <strategy_kind Kind, class Run>
+decltype(auto) with_policy(const strategy_policy<Kind>& policy, Run&& run) {
     return run(policy);
 }
 

@@ -165,6 +165,7 @@ class gated_backend {
         return real_.reap(out, min, max, timeout);
     }
     unsigned queue_depth() const noexcept { return real_.queue_depth(); }
+    [[nodiscard]] std::size_t in_flight() const noexcept { return real_.in_flight(); }
 
     static void close_gate() {
         std::lock_guard<std::mutex> lock(mutex);

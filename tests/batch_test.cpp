@@ -363,6 +363,7 @@ class recording_backend {
         return rc;
     }
     unsigned queue_depth() const noexcept { return real_.queue_depth(); }
+    [[nodiscard]] std::size_t in_flight() const noexcept { return real_.in_flight(); }
 
   private:
     struct flight {

@@ -103,16 +103,9 @@ class counting_io_uring : public io_uring_backend {
     using io_uring_backend::io_uring_backend;
     int submit(const io_request* requests, std::size_t count) noexcept {
         const int rc = io_uring_backend::submit(requests, count);
-        if (rc > 0) most = std::max(most, in_flight += static_cast<std::size_t>(rc));
+        most = std::max(most, in_flight());
         return rc;
     }
-    int reap(io_completion* out, std::size_t min, std::size_t max,
-             const timespec* timeout) noexcept {
-        const int rc = io_uring_backend::reap(out, min, max, timeout);
-        if (rc > 0) in_flight -= static_cast<std::size_t>(rc);
-        return rc;
-    }
-    std::size_t in_flight = 0;
     std::size_t most = 0;
 };
 

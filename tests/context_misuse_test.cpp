@@ -100,6 +100,7 @@ class gated_backend {
              const timespec* timeout) noexcept {
         return inner_.reap(out, min, max, timeout);
     }
+    [[nodiscard]] std::size_t in_flight() const noexcept { return inner_.in_flight(); }
 
   private:
     Inner inner_;

@@ -183,6 +183,8 @@ class fault_backend {
 
     [[nodiscard]] unsigned queue_depth() const noexcept { return inner_.queue_depth(); }
 
+    [[nodiscard]] std::size_t in_flight() const noexcept { return inner_.in_flight(); }
+
     // Requests on a block device are cut as the inner backend's are (backend/request.hpp), and
     // every block is cut (none stays whole), so that faults strike the pieces of cut requests.
     template <class I = Inner>

@@ -773,3 +773,44 @@ BOOST_AUTO_TEST_CASE(persistent_ecanceled_is_reported_after_the_retry_budget) {
     BOOST_TEST((took >= short_budget && took < well_before_the_default));
     BOOST_TEST(context.backend().inflight() == 0u);
 }
+
+// A context whose reap failed still has requests in flight, into the failed transfer's memory.
+// Used again, it must not take their completions for its own requests: the next transfer moves
+// exact bytes, or fails, but never reports another request's completion as its own.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_context_reused_after_a_failed_reap_moves_exact_bytes, Inner,
+                              real_backends) {
+    if (!nvmeio_test::backend_usable<Inner>()) return;
+    temp_path path("fault_reuse_after_reap");
+    const std::size_t size = 64 * block;
+    const auto bytes = nvmeio_test::pattern(size, 11);
+    nvmeio_test::spew(path.str(), bytes.data(), size);
+    for (strategy_kind strategy : {strategy_kind::sequential, strategy_kind::overlapped}) {
+        BOOST_TEST_CONTEXT(to_string(strategy)) {
+            fault_plan plan;
+            plan.kinds = {fault::reap_error};
+            plan.schedule = {1};
+            aligned_buffer lost(size / 2);  // outlives the context: the kernel may still fill it
+            std::optional<faulty_context<Inner>> context;
+            context.emplace(context_options{depth, block}, plan);
+            file in(path.str(), open_mode::read);
+            transfer_config config;
+            config.strategy = strategy;
+            // One thread throughout: a ring set up for one thread reaps on that thread only.
+            nvmeio_test::within(bound, "the failed read and the next ones", [&] {
+                std::error_code ec;
+                (void)read(*context, in, lost, 0, config, ec);
+                BOOST_TEST(static_cast<bool>(ec));
+                context->backend().disarm();
+                for (int round = 0; round < 3; ++round) {
+                    aligned_buffer again(size / 2);
+                    std::memset(again.data(), 0xEE, again.size());
+                    const transfer_result got = read(*context, in, again, size / 2, config);
+                    BOOST_TEST(got.bytes == size / 2);
+                    BOOST_TEST(std::memcmp(again.data(), bytes.data() + size / 2, size / 2) == 0);
+                }
+                return 0;
+            });
+            nvmeio_test::within(bound, "destroying the context", [&] { context.reset(); });
+        }
+    }
+}

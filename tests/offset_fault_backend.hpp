@@ -50,6 +50,8 @@ class offset_fault_backend {
 
     unsigned queue_depth() const noexcept { return real_.queue_depth(); }
 
+    [[nodiscard]] std::size_t in_flight() const noexcept { return real_.in_flight(); }
+
   private:
     nvmeio::libaio_backend real_;
     std::vector<nvmeio::io_completion> failed_;

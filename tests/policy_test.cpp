@@ -51,6 +51,7 @@ class recording_backend {
         return real_.reap(out, min, max, timeout);
     }
     [[nodiscard]] unsigned queue_depth() const noexcept { return real_.queue_depth(); }
+    [[nodiscard]] std::size_t in_flight() const noexcept { return real_.in_flight(); }
 
     request_log log;
 

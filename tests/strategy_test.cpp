@@ -356,6 +356,7 @@ class submit_recorder {
         return rc;
     }
     [[nodiscard]] unsigned queue_depth() const noexcept { return real_.queue_depth(); }
+    [[nodiscard]] std::size_t in_flight() const noexcept { return real_.in_flight(); }
 
   private:
     Inner real_;
@@ -419,6 +420,7 @@ class wait_recorder {
         return rc;
     }
     [[nodiscard]] unsigned queue_depth() const noexcept { return real_.queue_depth(); }
+    [[nodiscard]] std::size_t in_flight() const noexcept { return real_.in_flight(); }
 
   private:
     Inner real_;

@@ -183,6 +183,9 @@ class io_uring_backend {
     /// The queue depth the ring was created for.
     [[nodiscard]] unsigned queue_depth() const noexcept { return queue_depth_; }
 
+    /// Requests accepted by submit and not reaped yet.
+    [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
+
     /// The deepest ring this kernel creates, or 0 when it cannot tell (asked with
     /// IORING_SETUP_CLAMP, which shrinks a too-deep ring to the limit instead of refusing it, so
     /// this briefly creates a ring of that depth).

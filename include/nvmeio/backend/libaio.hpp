@@ -125,6 +125,11 @@ class libaio_backend {
         return static_cast<unsigned>(iocbs_.size());
     }
 
+    /// Requests accepted by submit and not reaped yet: those holding an iocb.
+    [[nodiscard]] std::size_t in_flight() const noexcept {
+        return iocbs_.size() - free_iocbs_.size();
+    }
+
   private:
     static unsigned checked_queue_depth(unsigned queue_depth) {
         if (queue_depth == 0) detail::throw_invalid("queue_depth must be at least 1 (got 0)");

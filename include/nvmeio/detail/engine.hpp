@@ -353,10 +353,9 @@ class engine {
         request_cursor<Backend> cursor;
         unsigned slot_count;      // requests in flight at most: queue depth, or more pieces
         unsigned whole_held = 0;  // slots held by blocks that stay whole in a cut plan
-        unsigned inflight = 0;
-        retry_budget transient;  // completions answering EAGAIN/EINTR/ECANCELED
-        bool purge = false;      // a segment failed: drop its queued requests first
-        bool lost = false;       // reaping failed: requests in flight cannot be waited for
+        retry_budget transient;   // completions answering EAGAIN/EINTR/ECANCELED
+        bool purge = false;       // a segment failed: drop its queued requests first
+        bool lost = false;        // reaping failed: requests in flight cannot be waited for
         std::uint64_t requests = 0;
         std::uint64_t resubmissions = 0;
     };
@@ -384,7 +383,6 @@ class engine {
               {backend, target, segments, count, state_, options.block_size},
               options.queue_depth,
               0,
-              0,
               retry_budget{options.retry_budget}};
         job_ = &j;
         struct forget {  // job_ never outlives the run, however it ends
@@ -392,11 +390,51 @@ class engine {
             ~forget() { current = nullptr; }
         } forget_job{job_};
         const clock::time_point start = perf != nullptr ? clock::now() : clock::time_point{};
+        prepare(options);
+        collect_strays();
+        if (op == operation::write && !j.lost) reserve_write_runs(target, segments, count);
+        while (!j.lost) {
+            if (!drain_before_refill || in_flight() == 0) hand_out();
+            submit_pending();
+            if (j.lost) break;
+            if (in_flight() == 0) {
+                if (!j.cursor.seek_unfinished()) break;
+                continue;
+            }
+            reap(drain_before_refill ? in_flight() : 1);
+        }
+        finish_synchronously();
+        settle(start);
+    }
+
+    // Requests in flight: the backend's count, the only one kept.
+    std::size_t in_flight() const noexcept { return job_->backend.in_flight(); }
+
+    // Requests an earlier run left in flight (its reap failed) complete into that run's memory;
+    // their completions are collected and dropped before this run submits, so that none is
+    // taken for one of this run's requests. If reaping fails again, the run fails as lost.
+    void collect_strays() {
+        while (in_flight() > 0) {
+            int got;
+            do {
+                got = job_->backend.reap(completions_.data(),
+                                         std::min(in_flight(), completions_.size()),
+                                         completions_.size(), nullptr);
+            } while (got == -EINTR);
+            if (got < 0) return lose(got);
+        }
+    }
+
+    // Sets up the run's state: each segment's body (what goes asynchronously) and end of data,
+    // the backend's cut, the queue slots, staging for staged segments, and room for the
+    // requests, completions and samples, reusing the vectors of earlier runs.
+    void prepare(const context_options& options) {
+        job& j = *job_;
         std::size_t body_total = 0;
         std::size_t longest_staged = 0;
-        state_.assign(count, {});  // no allocation once it is large enough
-        for (std::size_t i = 0; i < count; ++i) {
-            segment& s = segments[i];  // one that arrives failed is not moved
+        state_.assign(j.count, {});  // no allocation once it is large enough
+        for (std::size_t i = 0; i < j.count; ++i) {
+            segment& s = j.segments[i];  // one that arrives failed is not moved
             s.bytes = 0;
             const bool padded = s.span > s.length;
             state_[i].body =
@@ -406,7 +444,7 @@ class engine {
             body_total += state_[i].body;
         }
         if constexpr (cuts_requests<Backend>::value) {
-            const request_limits limits = backend.limits_for(target, options.block_size);
+            const request_limits limits = j.backend.limits_for(j.target, options.block_size);
             j.cursor.cut_to(limits);
             j.slot_count = limits.slots;
         }
@@ -414,48 +452,39 @@ class engine {
         free_.clear();
         for (unsigned i = j.slot_count; i > 0; --i)
             free_.push_back(i - 1);
-        if (longest_staged != 0) make_staging(target, longest_staged);
+        if (longest_staged != 0) make_staging(j.target, longest_staged);
         pending_.clear();
         pending_.reserve(j.slot_count);
         completions_.resize(std::min<std::size_t>(j.slot_count, 256));
         remnants_.clear();
         submit_samples_.clear();
         completion_samples_.clear();
-        if (perf != nullptr) {
+        if (j.perf != nullptr) {
             const std::size_t expected =
-                body_total / j.cursor.request_size() + count + 2 * j.slot_count;
+                body_total / j.cursor.request_size() + j.count + 2 * j.slot_count;
             submit_samples_.reserve(j.one_request_per_call ? expected : expected / 2 + 1);
             completion_samples_.reserve(expected);
         }
+    }
 
-        if (op == operation::write) reserve_write_runs(target, segments, count);
-        while (!j.lost) {
-            if (!drain_before_refill || j.inflight == 0) hand_out();
-            submit_pending();
-            if (j.lost) break;
-            if (j.inflight == 0) {
-                if (!j.cursor.seek_unfinished()) break;
-                continue;
-            }
-            reap(drain_before_refill ? j.inflight : 1);
-        }
-        finish_synchronously();
-
+    // The run's end: each segment's bytes (a failed one moved none; a read, up to its end of
+    // data; a write, all), and the measurements since `start`.
+    void settle(clock::time_point start) {
+        const job& j = *job_;
         std::uint64_t moved = 0;
-        for (std::size_t i = 0; i < count; ++i) {
-            segment& s = segments[i];
+        for (std::size_t i = 0; i < j.count; ++i) {
+            segment& s = j.segments[i];
             s.bytes = s.failure ? 0 : std::min(state_[i].end_of_data, s.length);
-            if (op == operation::write && !s.failure) s.bytes = s.length;
+            if (j.op == operation::write && !s.failure) s.bytes = s.length;
             moved += s.bytes;
         }
-        if (perf != nullptr) {
-            perf->elapsed_us = microseconds(clock::now() - start);
-            perf->submit = latency_stats::from_samples(submit_samples_);
-            perf->completion = latency_stats::from_samples(completion_samples_);
-            perf->requests = j.requests;
-            perf->resubmissions = j.resubmissions;
-            perf->bytes = moved;
-        }
+        if (j.perf == nullptr) return;
+        j.perf->elapsed_us = microseconds(clock::now() - start);
+        j.perf->submit = latency_stats::from_samples(submit_samples_);
+        j.perf->completion = latency_stats::from_samples(completion_samples_);
+        j.perf->requests = j.requests;
+        j.perf->resubmissions = j.resubmissions;
+        j.perf->bytes = moved;
     }
 
     // Before a write, reserves each run of adjacent segments that ends past the file's size
@@ -585,7 +614,7 @@ class engine {
             const std::size_t count =
                 j.one_request_per_call
                     ? 1
-                    : std::min(pending_.size() - sent, std::max<std::size_t>(1, j.inflight));
+                    : std::min(pending_.size() - sent, std::max<std::size_t>(1, in_flight()));
             const clock::time_point before = perf != nullptr ? clock::now() : clock::time_point{};
             const int rc = j.backend.submit(&pending_[sent], count);
             if (perf != nullptr) submit_samples_.push_back(microseconds(clock::now() - before));
@@ -594,7 +623,6 @@ class engine {
                     for (int i = 0; i < rc; ++i)
                         slots_[pending_[sent + i].user_data].submitted = before;
                 }
-                j.inflight += static_cast<unsigned>(rc);
                 sent += static_cast<std::size_t>(rc);
                 backoff.reset();
                 continue;
@@ -602,7 +630,7 @@ class engine {
             if (rc == 0 || rc == -EAGAIN || rc == -EINTR) {
                 // Refused for now: reap a completion to make room, or, with nothing in flight,
                 // pause 100 us and try again while the budget lasts.
-                if (j.inflight > 0) {
+                if (in_flight() > 0) {
                     reap(1);
                     continue;
                 }
@@ -691,7 +719,6 @@ class engine {
         const auto id = static_cast<unsigned>(c.user_data);
         slot& s = slots_[id];
         segment& g = j.segments[s.segment];
-        --j.inflight;
         if (g.failure) {  // its segment failed: nothing more is issued for it
             release(id);
             return;

@@ -259,6 +259,24 @@ class file {
     friend io_failure detail::trim_write_padding(const file&, std::uint64_t, std::uint64_t);
 
     io_failure open_impl(std::string path, open_mode mode, direct_io direct);
+    // open_impl's steps, in order; a step that fails after open(2) leaves the descriptor for
+    // open_impl to close.
+    //
+    // open(2) with `flags`, plus O_DIRECT when direct_ is set; where the filesystem refuses
+    // O_DIRECT (EINVAL), buffered instead, direct_ then false. The descriptor, or -errno.
+    int open_descriptor(int flags);
+    // The failure of an open(2) that failed with `error`.
+    io_failure open_failure(int error) const;
+    // fstat into `st`, kind_ from it; refuses directories, what refusal() names, and a buffered
+    // fallback (`refused`) where direct_io::on was asked.
+    io_failure classify_opened(int fd, direct_io direct, bool refused, struct stat& st);
+    // Sets rw_flags_ to RWF_DONTCACHE where uncached I/O is asked for (or automatic fell back
+    // from O_DIRECT) and a one-byte read with it works; fails only for direct_io::uncached.
+    io_failure probe_uncached(int fd, direct_io direct, bool refused);
+    // Takes off the O_NONBLOCK that open_flags() set.
+    io_failure clear_nonblock(int fd) const;
+    // Keeps `fd` with what open learns from it: alignment, queue limits, the size mutex.
+    void adopt(int fd, const struct stat& st);
     // Whether this process may open a file of `kind` (device `device`); else why not.
     static const char* refusal(file_kind kind, dev_t device) noexcept;
     void move_from(file& other) noexcept {

@@ -155,10 +155,76 @@ def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, fil
     persistent_load = _torch_zip.persistent_loader(path, data_entries, data_prefix, storage_of)
     result = _torch_zip.Unpickler(io.BytesIO(pickled), path, weights_only, persistent_load).load()
     _staged.run_by_device("read", items)
+    _validate_sparse_tensors()
+    return result
+
+
+def _load_into_arena(path, pickled, data_entries, data_prefix, span_ends, file_size,
+                     restore_location, weights_only, handle):
+    """load when storages stay on the CPU: every data record's extent is read into one arena
+    in one batch, and each storage views its record there (restore_location then places it)."""
+    from ._files import read_spans, spans
+
+    data = spans(path, [(e.header_offset, span_ends[id(e)]) for e in data_entries.values()],
+                 file_size)
+    read_spans(handle, [data])
+
+    def storage_of(e, nbytes, location):
+        view = torch.from_numpy(_record_bytes(e, data, span_ends, path)[:nbytes])
+        return restore_location(_torch_zip.untyped_of(view), location)
+
+    persistent_load = _torch_zip.persistent_loader(path, data_entries, data_prefix, storage_of)
+    unpickler = _torch_zip.Unpickler(io.BytesIO(pickled), path, weights_only, persistent_load)
+    result = unpickler.load()
+    _validate_sparse_tensors()
+    return result
+
+
+def _validate_sparse_tensors():
+    """torch.load's check of the sparse tensors just unpickled (where this torch has it)."""
     validate = getattr(torch._utils, "_validate_loaded_sparse_tensors", None)
     if validate is not None:
         validate()
-    return result
+
+
+def _record_bytes(e, read, span_ends, path):
+    """e's data as a view of the arena of ``read``, the spans its extent was read into."""
+    data = _torch_zip.data_start(e, read, span_ends, path)
+    at = read.offset_of(data, data + e.size)  # inside e's extent, which was read whole
+    return read.arena.numpy()[at:at + e.size]
+
+
+def _read_pickle(path, pickle_entry, byteorder, span_ends, file_size, handle):
+    """The pickle's bytes, read with the byte order's record into a small arena; ValueError
+    when the file was saved with another byte order than this machine's."""
+    from ._files import read_spans, spans
+
+    small_entries = [pickle_entry] + ([byteorder] if byteorder else [])
+    small = spans(path, [(e.header_offset, span_ends[id(e)]) for e in small_entries], file_size)
+    read_spans(handle, [small])
+    if byteorder is not None:
+        raw = _record_bytes(byteorder, small, span_ends, path).tobytes()
+        order = raw.decode("ascii", "replace")
+        if order != sys.byteorder:
+            raise ValueError(f"{path}: saved with {order}-endian data; this machine is "
+                             f"{sys.byteorder}-endian")
+    return _record_bytes(pickle_entry, small, span_ends, path).tobytes()
+
+
+def _load_legacy(path, head, map_location, weights_only):
+    """load of a file that is no zip archive: a legacy torch file goes to torch.load when
+    weights_only is False; anything else raises ValueError saying what the file is."""
+    if head[:2] == b"\x80\x02" or head[:1] == b"\x80":
+        if not weights_only:  # said to torch too: from torch 2.6 its default is True
+            trusted = ({"weights_only": False} if "weights_only" in
+                       inspect.signature(torch.load).parameters else {})
+            return torch.load(path, map_location=map_location, **trusted)
+        raise ValueError(
+            f"{path}: a legacy (non-zip) torch checkpoint, written with "
+            "_use_new_zipfile_serialization=False; nvmeio_torch.load reads the zip format "
+            "only (weights_only=False hands legacy files to torch.load)")
+    raise ValueError(f"{path}: not a torch checkpoint (neither a zip archive nor a "
+                     "legacy torch file)")
 
 
 def load(path, map_location=None, *, weights_only=True, handle=None):
@@ -185,7 +251,7 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
     Raises OSError (errno, path) for I/O failures and ValueError naming the file for a
     malformed archive.
     """
-    from ._files import handle_or_default, open_regular, read_spans, spans
+    from ._files import handle_or_default, open_regular
 
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"nvmeio_torch.load: path must be a file name, not {type(path).__name__}"
@@ -196,56 +262,15 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
         file_size = os.fstat(f.fileno()).st_size
         head = os.pread(f.fileno(), 4, 0)
         if not _is_zip(head):
-            if head[:2] == b"\x80\x02" or head[:1] == b"\x80":
-                if not weights_only:  # said to torch too: from torch 2.6 its default is True
-                    trusted = ({"weights_only": False} if "weights_only" in
-                               inspect.signature(torch.load).parameters else {})
-                    return torch.load(path, map_location=map_location, **trusted)
-                raise ValueError(
-                    f"{path}: a legacy (non-zip) torch checkpoint, written with "
-                    "_use_new_zipfile_serialization=False; nvmeio_torch.load reads the zip format "
-                    "only (weights_only=False hands legacy files to torch.load)")
-            raise ValueError(f"{path}: not a torch checkpoint (neither a zip archive nor a "
-                             "legacy torch file)")
+            return _load_legacy(path, head, map_location, weights_only)
         pickle_entry, byteorder, data_entries, data_prefix, span_ends = _torch_zip.directory(
             f.fileno(), path, file_size)
 
-    # The pickle's (and byte order's) extents into a small arena; then, for storages that stay
-    # on the CPU, every data record's extent into one arena the storages view.
+    # The pickle's (and byte order's) extents into a small arena; then the storages: read into
+    # one arena they view when they stay on the CPU, else through the GPUs' staging rings.
     handle = handle_or_default(handle)
-    small_entries = [pickle_entry] + ([byteorder] if byteorder else [])
-    small = spans(path, [(e.header_offset, span_ends[id(e)]) for e in small_entries], file_size)
-    read_spans(handle, [small])
-
-    def record_bytes(e, read):
-        """e's data as a view of the arena of `read`, the spans its extent was read into."""
-        data = _torch_zip.data_start(e, read, span_ends, path)
-        at = read.offset_of(data, data + e.size)  # inside e's extent, which was read whole
-        return read.arena.numpy()[at:at + e.size]
-
-    if byteorder is not None:
-        order = record_bytes(byteorder, small).tobytes().decode("ascii", "replace")
-        if order != sys.byteorder:
-            raise ValueError(f"{path}: saved with {order}-endian data; this machine is "
-                             f"{sys.byteorder}-endian")
-    pickled = record_bytes(pickle_entry, small).tobytes()
-    del small
-    if _places_on_gpu(map_location, restore_location, pickled):
-        return _load_through_rings(path, pickled, data_entries, data_prefix, span_ends,
-                                   file_size, restore_location, weights_only, handle)
-
-    data = spans(path, [(e.header_offset, span_ends[id(e)]) for e in data_entries.values()],
-                 file_size)
-    read_spans(handle, [data])
-
-    def storage_of(e, nbytes, location):
-        view = torch.from_numpy(record_bytes(e, data)[:nbytes])
-        return restore_location(_torch_zip.untyped_of(view), location)
-
-    persistent_load = _torch_zip.persistent_loader(path, data_entries, data_prefix, storage_of)
-    unpickler = _torch_zip.Unpickler(io.BytesIO(pickled), path, weights_only, persistent_load)
-    result = unpickler.load()
-    validate = getattr(torch._utils, "_validate_loaded_sparse_tensors", None)
-    if validate is not None:
-        validate()
-    return result
+    pickled = _read_pickle(path, pickle_entry, byteorder, span_ends, file_size, handle)
+    on_gpu = _places_on_gpu(map_location, restore_location, pickled)
+    load_storages = _load_through_rings if on_gpu else _load_into_arena
+    return load_storages(path, pickled, data_entries, data_prefix, span_ends, file_size,
+                         restore_location, weights_only, handle)

@@ -855,14 +855,17 @@ def _stream(chunks, max_bytes, device, handle, observe):
              fresh=arena is not None and not arena.reused)
         return True
 
+    def release_before(index):
+        """Hands the arenas of the chunks before ``index`` back to the pool."""
+        while held and held[0].index < index:
+            released = held.pop(0)
+            if released.arena is not None:
+                pool.release(released.arena)
+            note("release", chunk=released.index)
+
     try:
         for i, chunk in enumerate(chunks):
-            while held and held[0].index < i:
-                released = held.pop(0)
-                if released.arena is not None:
-                    pool.release(released.arena)
-                note("release", chunk=released.index)
-            released = None
+            release_before(i)
             if submitted == i:
                 if not submit(i):
                     raise AssertionError("stream: no room for the chunk being read")
@@ -886,12 +889,7 @@ def _stream(chunks, max_bytes, device, handle, observe):
                 yield entry.name, tensor
             # Drop this frame's references, so a consumed chunk lives only in what the caller kept.
             arena = data = tensor = None
-        while held:
-            released = held.pop(0)
-            if released.arena is not None:
-                pool.release(released.arena)
-            note("release", chunk=released.index)
-        released = None
+        release_before(len(chunks))
         arena = None
         pool.close()
         note("close")

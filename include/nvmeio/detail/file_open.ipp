@@ -17,6 +17,34 @@ inline std::string printable_path(const std::string& path) {
     return text;
 }
 
+// The open(2) flags for `mode`. O_NONBLOCK so that opening a FIFO does not wait for a peer;
+// file::clear_nonblock takes it off again for what is served.
+inline int open_flags(open_mode mode) noexcept {
+    int flags = O_CLOEXEC | O_NONBLOCK;
+    switch (mode) {
+        case open_mode::read:
+            flags |= O_RDONLY;
+            break;
+        case open_mode::write:
+            flags |= O_RDWR | O_CREAT | O_TRUNC;
+            break;
+        case open_mode::read_write:
+            flags |= O_RDWR | O_CREAT;
+            break;
+    }
+    return flags;
+}
+
+// What fstat's st_mode says an open file is.
+inline file_kind kind_of(mode_t mode) noexcept {
+    return S_ISREG(mode)    ? file_kind::regular
+           : S_ISBLK(mode)  ? file_kind::block_device
+           : S_ISCHR(mode)  ? file_kind::character_device
+           : S_ISFIFO(mode) ? file_kind::fifo
+           : S_ISSOCK(mode) ? file_kind::socket
+                            : file_kind::other;
+}
+
 }  // namespace detail
 
 inline const char* file::refusal(file_kind kind, dev_t device) noexcept {
@@ -53,72 +81,63 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
     }
     close_quietly();
     path_ = std::make_shared<const std::string>(std::move(path));
-    const std::string& name = *path_;
     mode_ = mode;
-    // O_NONBLOCK so that opening a FIFO does not wait for a peer; cleared below for what is served
-    // (io_uring would otherwise answer EAGAIN instead of waiting for the device).
-    int flags = O_CLOEXEC | O_NONBLOCK;
-    switch (mode) {
-        case open_mode::read:
-            flags |= O_RDONLY;
-            break;
-        case open_mode::write:
-            flags |= O_RDWR | O_CREAT | O_TRUNC;
-            break;
-        case open_mode::read_write:
-            flags |= O_RDWR | O_CREAT;
-            break;
+    direct_ = may_use_o_direct(direct);
+    rw_flags_ = 0;
+    const int fd = open_descriptor(detail::open_flags(mode));
+    if (fd < 0) return open_failure(-fd);
+    // The filesystem refused O_DIRECT and the file was opened buffered instead.
+    const bool refused = may_use_o_direct(direct) && !direct_;
+    struct stat st {};
+    io_failure failure = classify_opened(fd, direct, refused, st);
+    if (!failure) failure = probe_uncached(fd, direct, refused);
+    if (!failure) failure = clear_nonblock(fd);
+    if (failure) {
+        ::close(fd);
+        return failure;
     }
-    auto try_open = [&](int extra) {
+    adopt(fd, st);
+    return {};
+}
+
+inline int file::open_descriptor(int flags) {
+    const std::string& name = *path_;
+    const auto open_with = [&](int extra) {
         int fd;
         do {
             fd = ::open(name.c_str(), flags | extra, 0666);
         } while (fd < 0 && errno == EINTR);
-        return fd;
+        return fd < 0 ? -errno : fd;
     };
-    direct_ = may_use_o_direct(direct);
-    rw_flags_ = 0;
-    int fd = try_open(direct_ ? O_DIRECT : 0);
-    bool refused = false;
-    if (fd < 0 && direct_ && errno == EINVAL) {
-        // EINVAL may mean "no O_DIRECT here" or something else entirely (a directory, say):
-        // a buffered open tells which.
-        direct_ = false;
-        fd = try_open(0);
-        refused = fd >= 0;
-    }
-    if (fd < 0) {
-        const int error = errno;
-        struct stat st {};
-        if (error == ENXIO && ::stat(name.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
-            return {detail::errno_code(error),
-                    std::string("open (") + refusal(file_kind::socket, 0) + ")", name, 0, 0};
-        }
-        return {detail::errno_code(error), direct_ ? "open with O_DIRECT" : "open", name, 0, 0};
-    }
+    const int fd = open_with(direct_ ? O_DIRECT : 0);
+    if (fd != -EINVAL || !direct_) return fd;
+    // EINVAL may mean "no O_DIRECT here" or something else entirely (a directory, say):
+    // a buffered open tells which.
+    direct_ = false;
+    return open_with(0);
+}
+
+inline io_failure file::open_failure(int error) const {
+    const std::string& name = *path_;
     struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-        const int error = errno;
-        ::close(fd);
-        return {detail::errno_code(error), "fstat after open", name, 0, 0};
+    // A socket's path answers ENXIO; say why rather than "no such device".
+    if (error == ENXIO && ::stat(name.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+        return {detail::errno_code(error),
+                std::string("open (") + refusal(file_kind::socket, 0) + ")", name, 0, 0};
     }
-    if (S_ISDIR(st.st_mode)) {
-        ::close(fd);
-        return {detail::errno_code(EISDIR), "open", name, 0, 0};
-    }
-    kind_ = S_ISREG(st.st_mode)    ? file_kind::regular
-            : S_ISBLK(st.st_mode)  ? file_kind::block_device
-            : S_ISCHR(st.st_mode)  ? file_kind::character_device
-            : S_ISFIFO(st.st_mode) ? file_kind::fifo
-            : S_ISSOCK(st.st_mode) ? file_kind::socket
-                                   : file_kind::other;
+    return {detail::errno_code(error), direct_ ? "open with O_DIRECT" : "open", name, 0, 0};
+}
+
+inline io_failure file::classify_opened(int fd, direct_io direct, bool refused, struct stat& st) {
+    const std::string& name = *path_;
+    if (::fstat(fd, &st) != 0) return {detail::errno_code(errno), "fstat after open", name, 0, 0};
+    if (S_ISDIR(st.st_mode)) return {detail::errno_code(EISDIR), "open", name, 0, 0};
+    kind_ = detail::kind_of(st.st_mode);
     if (const char* why = refusal(kind_, st.st_rdev)) {
-        ::close(fd);
         return {detail::errno_code(kind_ == file_kind::fifo ? ESPIPE : ENOTSUP),
                 std::string("open (") + why + ")", name, 0, 0};
     }
     if (refused && direct == direct_io::on) {
-        ::close(fd);
         return {detail::errno_code(EINVAL),
                 kind_ == file_kind::character_device
                     ? "open with O_DIRECT (a character device has no direct I/O; use "
@@ -127,35 +146,44 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
                       "direct_io::automatic or direct_io::off)",
                 name, 0, 0};
     }
-    // Uncached: asked for, or what automatic takes where O_DIRECT was refused. A one-byte read
-    // with the flag asks the kernel and the filesystem (EOPNOTSUPP: no such mode here).
-    if (direct == direct_io::uncached || (refused && direct == direct_io::automatic)) {
-        std::byte probe{};
-        const iovec one{&probe, 1};
-        ssize_t rc;
-        do {
-            rc = ::preadv2(fd, &one, 1, 0, detail::rwf_dontcache);
-        } while (rc < 0 && errno == EINTR);
-        if (rc >= 0) {
-            rw_flags_ = detail::rwf_dontcache;
-        } else if (direct == direct_io::uncached) {
-            const int error = errno;
-            ::close(fd);
-            return {detail::errno_code(error),
-                    error == EOPNOTSUPP || error == EINVAL
-                        ? "open for uncached I/O (RWF_DONTCACHE: this kernel or filesystem has "
-                          "no uncached buffered I/O, which needs Linux 6.14+ and a filesystem "
-                          "that supports it; use direct_io::automatic or direct_io::off)"
-                        : "open for uncached I/O (a one-byte RWF_DONTCACHE read failed)",
-                    name, 0, 0};
-        }
+    return {};
+}
+
+inline io_failure file::probe_uncached(int fd, direct_io direct, bool refused) {
+    // Uncached: asked for, or what automatic takes where O_DIRECT was refused.
+    if (direct != direct_io::uncached && !(refused && direct == direct_io::automatic)) return {};
+    // A one-byte read with the flag asks the kernel and the filesystem (EOPNOTSUPP: no such
+    // mode here).
+    std::byte probe{};
+    const iovec one{&probe, 1};
+    ssize_t rc;
+    do {
+        rc = ::preadv2(fd, &one, 1, 0, detail::rwf_dontcache);
+    } while (rc < 0 && errno == EINTR);
+    if (rc >= 0) {
+        rw_flags_ = detail::rwf_dontcache;
+        return {};
     }
+    if (direct != direct_io::uncached) return {};  // automatic: stays buffered
+    const int error = errno;
+    return {detail::errno_code(error),
+            error == EOPNOTSUPP || error == EINVAL
+                ? "open for uncached I/O (RWF_DONTCACHE: this kernel or filesystem has no "
+                  "uncached buffered I/O, which needs Linux 6.14+ and a filesystem that "
+                  "supports it; use direct_io::automatic or direct_io::off)"
+                : "open for uncached I/O (a one-byte RWF_DONTCACHE read failed)",
+            *path_, 0, 0};
+}
+
+inline io_failure file::clear_nonblock(int fd) const {
+    // Served files wait: io_uring would otherwise answer EAGAIN instead of waiting for the device.
     const int status = ::fcntl(fd, F_GETFL);
-    if (status < 0 || ::fcntl(fd, F_SETFL, status & ~O_NONBLOCK) != 0) {
-        const int error = errno;
-        ::close(fd);
-        return {detail::errno_code(error), "fcntl(F_SETFL) after open", name, 0, 0};
-    }
+    if (status < 0 || ::fcntl(fd, F_SETFL, status & ~O_NONBLOCK) != 0)
+        return {detail::errno_code(errno), "fcntl(F_SETFL) after open", *path_, 0, 0};
+    return {};
+}
+
+inline void file::adopt(int fd, const struct stat& st) {
     fd_ = fd;
     alignment_ = query_dio_alignment(fd_);
     queue_limits_ = {};
@@ -168,7 +196,6 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
     }
     if (kind_ == file_kind::regular)
         size_lock_ = detail::size_lock_registry::instance().lock_for(st.st_dev, st.st_ino);
-    return {};
 }
 
 inline std::uint64_t file::size(std::error_code& ec) const noexcept {

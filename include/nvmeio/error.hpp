@@ -69,24 +69,6 @@ inline void throw_if(const io_failure& failure) {
     if (failure) throw io_error(failure);
 }
 
-/// The two error forms of every front end over one call that records its failure: `or_throw`
-/// throws it as io_error, `or_report` sets `ec` to its code; both return what the call returned.
-template <class Call>
-auto or_throw(Call&& call) {
-    io_failure failure;
-    auto result = call(failure);
-    throw_if(failure);
-    return result;
-}
-
-template <class Call>
-auto or_report(std::error_code& ec, Call&& call) {
-    io_failure failure;
-    auto result = call(failure);
-    ec = failure.code;
-    return result;
-}
-
 /// Throws `std::invalid_argument` with "nvmeio: " prefixed to `message`.
 [[noreturn]] inline void throw_invalid(const std::string& message) {
     throw std::invalid_argument("nvmeio: " + message);

@@ -143,11 +143,17 @@ class file {
     /// alignment unit below 2^63, which O_DIRECT cannot address, reads as the end of the file
     /// when the file ends before it, and is an EOVERFLOW `io_error` otherwise.
     std::size_t read_at(mutable_memory memory, std::uint64_t offset) const {
-        return detail::or_throw([&](io_failure& f) { return read_at(memory, offset, f); });
+        io_failure failure;
+        const std::size_t got = read_at(memory, offset, failure);
+        detail::throw_if(failure);
+        return got;
     }
     /// As above, reporting failure through `ec`.
     std::size_t read_at(mutable_memory memory, std::uint64_t offset, std::error_code& ec) const {
-        return detail::or_report(ec, [&](io_failure& f) { return read_at(memory, offset, f); });
+        io_failure failure;
+        const std::size_t got = read_at(memory, offset, failure);
+        ec = failure.code;
+        return got;
     }
 
     /// Writes every byte of `memory` (any alignment) at `offset`, retrying short writes and

@@ -71,9 +71,11 @@ template <class Context, class Target, class Settings = detail::default_settings
 [[nodiscard]] detail::route_result<Context, Target, Settings> transfer(
     Context& context, const Target& target, operation op, mutable_memory memory,
     std::uint64_t offset, const Settings& settings = {}) {
-    return detail::or_throw([&](io_failure& failure) {
-        return route(detail::route_tag{}, context, target, op, memory, offset, settings, failure);
-    });
+    io_failure failure;
+    auto result =
+        route(detail::route_tag{}, context, target, op, memory, offset, settings, failure);
+    detail::throw_if(failure);
+    return result;
 }
 
 /// As above; reports I/O failure through `ec` (bad parameters still throw).
@@ -81,9 +83,11 @@ template <class Context, class Target, class Settings = detail::default_settings
 [[nodiscard]] detail::route_result<Context, Target, Settings> transfer(
     Context& context, const Target& target, operation op, mutable_memory memory,
     std::uint64_t offset, const Settings& settings, std::error_code& ec) {
-    return detail::or_report(ec, [&](io_failure& failure) {
-        return route(detail::route_tag{}, context, target, op, memory, offset, settings, failure);
-    });
+    io_failure failure;
+    auto result =
+        route(detail::route_tag{}, context, target, op, memory, offset, settings, failure);
+    ec = failure.code;
+    return result;
 }
 
 /// Fills `memory` from `offset` of `target` (short only at the end of the file); throws as

@@ -76,6 +76,14 @@ using sequential = strategy_policy<strategy_kind::sequential>;
 /// strategy_kind::overlapped as a policy.
 using overlapped = strategy_policy<strategy_kind::overlapped>;
 
+namespace detail {
+/// Whether `T` is a strategy policy type.
+template <class T>
+inline constexpr bool is_policy = false;
+template <strategy_kind Kind>
+inline constexpr bool is_policy<strategy_policy<Kind>> = true;
+}  // namespace detail
+
 /// What a transfer did.
 struct transfer_result {
     /// Bytes moved: the requested length, except for a read that met the end of the file, where

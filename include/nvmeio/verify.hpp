@@ -87,18 +87,20 @@ inline verify_result verify_into(const std::string& path, const_memory memory, s
 [[nodiscard]] inline verify_result verify_read(const std::string& path, const_memory memory,
                                                std::uint64_t offset,
                                                const verify_options& options = {}) {
-    return detail::or_throw([&](io_failure& failure) {
-        return detail::verify_into(path, memory, offset, options.chunk_size, failure);
-    });
+    io_failure failure;
+    verify_result result = detail::verify_into(path, memory, offset, options.chunk_size, failure);
+    detail::throw_if(failure);
+    return result;
 }
 
 /// As above; reports failure to open or read through `ec`.
 [[nodiscard]] inline verify_result verify_read(const std::string& path, const_memory memory,
                                                std::uint64_t offset, std::error_code& ec,
                                                const verify_options& options = {}) {
-    return detail::or_report(ec, [&](io_failure& failure) {
-        return detail::verify_into(path, memory, offset, options.chunk_size, failure);
-    });
+    io_failure failure;
+    verify_result result = detail::verify_into(path, memory, offset, options.chunk_size, failure);
+    ec = failure.code;
+    return result;
 }
 
 NVMEIO_END_NAMESPACE

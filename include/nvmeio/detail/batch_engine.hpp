@@ -165,10 +165,10 @@ struct batch_wave {
 // ending inside an alignment unit first get the rest of that unit from the
 // file, read through the queue. Returns where the furthest padded write ends
 // and where the file must end if that is past its end.
-template <class Context, class Strategy>
+template <class Context>
 std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
-    Context& context, const file& f, batch_wave& w, const Strategy& policy, transfer_perf* perf,
-    const std::vector<batch_request>& requests) {
+    Context& context, const file& f, batch_wave& w, const transfer_config& config,
+    transfer_perf* perf, const std::vector<batch_request>& requests) {
     const std::size_t unit = f.required_alignment();
     std::vector<segment> units;
     std::vector<std::size_t> owners;
@@ -179,7 +179,7 @@ std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
         units.push_back({s.memory + start, s.offset + start, unit, 0, 0, {}});
         owners.push_back(i);
     }
-    engine_of<Context>::move(context, f, operation::read, units.data(), units.size(), policy, perf);
+    engine_of<Context>::move(context, f, operation::read, units.data(), units.size(), config, perf);
     std::pair<std::uint64_t, std::uint64_t> furthest{0, 0};
     for (std::size_t u = 0; u < units.size(); ++u) {
         if (units[u].failure) {
@@ -389,12 +389,10 @@ void run_wave(Context& context, const file& f, operation op,
     const stager stage{copy_wave_pieces, &callers,
                        options.bounce_size > w.arena_used ? options.bounce_size - w.arena_used : 0};
     std::pair<std::uint64_t, std::uint64_t> padding{0, 0};  // see fill_bounced_writes
-    with_policy(options.config, [&](const auto& policy) {   // one engine loop per wave
-        if (op == operation::write)
-            padding = fill_bounced_writes(context, f, w, policy, measured(), requests);
-        engine_of<Context>::move(context, f, op, w.segments.data(), w.segments.size(), policy,
-                                 measured(), &stage);
-    });
+    if (op == operation::write)
+        padding = fill_bounced_writes(context, f, w, options.config, measured(), requests);
+    engine_of<Context>::move(context, f, op, w.segments.data(), w.segments.size(), options.config,
+                             measured(), &stage);
     const io_failure trim =
         padding.first != 0 ? trim_write_padding(f, padding.first, padding.second) : io_failure{};
     for (std::size_t i = 0; i < w.segments.size(); ++i) {

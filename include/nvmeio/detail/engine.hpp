@@ -274,19 +274,29 @@ class engine {
     using clock = std::chrono::steady_clock;
 
   public:
-    /// Moves `segments` of `f` through `context` with `Strategy` (sequential or overlapped),
-    /// measuring into `perf` unless it is null; afterwards each segment has its `bytes` and
-    /// `failure`. Throws std::logic_error for a context used by two threads at once or after fork.
-    /// Staged segments (null `memory`) need `stage`.
-    template <class Strategy, class Context>
+    /// Moves `segments` of `f` through `context` with `settings`, a strategy policy or a
+    /// transfer_config, measuring into `perf` unless it is null; afterwards each segment has its
+    /// `bytes` and `failure`. Throws std::logic_error for a context used by two threads at once
+    /// or after fork. Staged segments (null `memory`) need `stage`. The loop is a template of
+    /// the policy; a transfer_config's strategy picks one here, the one place it is read.
+    template <class Settings, class Context>
     static void move(Context& context, const file& f, operation op, segment* segments,
-                     std::size_t count, const Strategy& policy, transfer_perf* perf,
+                     std::size_t count, const Settings& settings, transfer_perf* perf,
                      const stager* stage = nullptr) {
         if (count == 0) return;
         context.creator_.require_current("aio_context");
         const auto busy = context.in_use_.acquire("aio_context");
-        context.engine_.template run<Strategy>(context.backend_, context.options_, f, op, segments,
-                                               count, policy.submit, perf, stage);
+        engine& e = context.engine_;
+        if constexpr (is_policy<Settings>) {
+            e.template run<Settings>(context.backend_, context.options_, f, op, segments, count,
+                                     settings.submit, perf, stage);
+        } else if (settings.strategy == strategy_kind::sequential) {
+            e.template run<sequential>(context.backend_, context.options_, f, op, segments, count,
+                                       settings.submit, perf, stage);
+        } else {
+            e.template run<overlapped>(context.backend_, context.options_, f, op, segments, count,
+                                       settings.submit, perf, stage);
+        }
     }
 
     /// The context's bounce arena, lent to one batch at a time (detail/batch_engine.hpp) so that

@@ -98,25 +98,6 @@ inline void check_batch(const file& f, operation op, const std::vector<batch_req
     }
 }
 
-/// Whether `T` is a strategy policy type.
-template <class T>
-inline constexpr bool is_policy = false;
-template <strategy_kind Kind>
-inline constexpr bool is_policy<strategy_policy<Kind>> = true;
-
-// Calls `run(policy)` with the policy of `config`: the one place a run-time strategy picks one of
-// the engine's loops, once per transfer (or batch); a policy is passed on as it is.
-template <class Run>
-decltype(auto) with_policy(const transfer_config& config, Run&& run) {
-    if (config.strategy == strategy_kind::sequential)
-        return run(sequential{config.submit, config.measure});
-    return run(overlapped{config.submit, config.measure});
-}
-template <strategy_kind Kind, class Run>
-decltype(auto) with_policy(const strategy_policy<Kind>& policy, Run&& run) {
-    return run(policy);
-}
-
 // A checked transfer on one aio context: one segment through the engine.
 template <class Context, class Config>
 transfer_result run_transfer(Context& context, const file& f, operation op, mutable_memory memory,
@@ -125,10 +106,8 @@ transfer_result run_transfer(Context& context, const file& f, operation op, muta
     failure = {};
     if (memory.empty()) return result;
     segment one{memory.bytes(), offset, memory.size(), 0, 0, {}};
-    with_policy(config, [&](const auto& policy) {
-        engine_of<Context>::move(context, f, op, &one, 1, policy,
-                                 policy.measure ? &result.perf : nullptr);
-    });
+    engine_of<Context>::move(context, f, op, &one, 1, config,
+                             config.measure ? &result.perf : nullptr);
     result.bytes = one.bytes;
     failure = std::move(one.failure);
     return result;

@@ -4,6 +4,9 @@
 #   docs/perf/core_paths/checks.sh band|kv DIR BEFORE AFTER
 #   docs/perf/core_paths/checks.sh points DIR BEFORE AFTER ROUNDS BACKEND:OP:BLOCK...
 #  - band: nvmeio-bench at 12 points, 9 rounds; kv: kv_blocks, 7 rounds (core_views/checks.sh);
+#   docs/perf/core_paths/checks.sh kvpoints DIR BEFORE AFTER ROUNDS MEMORY:OP...
+#  - kvpoints: the kv batch (cold, 4 passes) at the given memory (unaligned, aligned) and op,
+#    ROUNDS rounds; ratio = time before / time after;
 #   docs/perf/core_paths/checks.sh size - TREE VARIANT (source trees: include/ of each)
 #  - size: text bytes of a program making one read with a policy and with a transfer_config,
 #    against each tree's headers (g++ -O2), and how many engine loops each links;
@@ -38,6 +41,27 @@ for point in sys.argv[5:]:
     print(f"| {backend} | {op} | {block} x 64 | {statistics.median(rr):.3f} | {statistics.median(cr):.3f} | per-round rate ratios {' '.join(f'{x:.2f}' for x in rr)}", flush=True)
 PY
   rm -f "$dir/points.bin" ;;
+kvpoints)
+  rounds=$5
+  shift 5
+  python3 -c "import os,sys; f=open(sys.argv[1],'wb'); [f.write(os.urandom(65536)) for _ in range(2048)]" "$dir/kv.bin"
+  python3 - "$dir/kv.bin" "$before/bench/kv_blocks" "$after/bench/kv_blocks" "$rounds" "$@" <<'PY'
+import random, statistics, subprocess, sys
+path, old, new, R = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+for point in sys.argv[5:]:
+    memory, op = point.split(":")
+    t = {}
+    for r in range(R):
+        order = [old, new]; random.Random(r).shuffle(order)
+        for exe in order:
+            subprocess.run("sync; echo 3 > /proc/sys/vm/drop_caches", shell=True, check=True)
+            out = subprocess.run([exe, "--file", path, "--op", op, "--memory", memory, "--blocks", "1024",
+                                  "--block-size", "64K", "--loops", "4"], check=True, capture_output=True, text=True).stdout
+            t[exe, r] = float(out.split()[0])
+    rr = [t[old, r] / t[new, r] for r in range(R)]
+    print(f"| batch {memory} | {op} | 1024 x 64 KiB | {statistics.median(rr):.3f} | per-round {' '.join(f'{x:.2f}' for x in rr)}", flush=True)
+PY
+  rm -f "$dir/kv.bin" ;;
 size)
   probe=$(mktemp -d)
   trap 'rm -rf "$probe"' EXIT
@@ -58,5 +82,5 @@ CPP
       echo "$1 form, $(basename "$tree"): text $(size -A "$out" | awk '$1 == ".text" {print $2}') bytes, engine loops $(nm -C "$out" | grep -c 'engine<.*>::run')"
     done
   done ;;
-*) echo "usage: $0 band|kv|points DIR BEFORE AFTER [ROUNDS POINT...]" >&2; exit 2 ;;
+*) echo "usage: $0 band|kv|points|kvpoints|size DIR BEFORE AFTER [ROUNDS POINT...]" >&2; exit 2 ;;
 esac

@@ -1,6 +1,7 @@
 #define BOOST_TEST_MODULE fault
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -775,8 +776,8 @@ BOOST_AUTO_TEST_CASE(persistent_ecanceled_is_reported_after_the_retry_budget) {
 }
 
 // A context whose reap failed still has requests in flight, into the failed transfer's memory.
-// Used again, it must not take their completions for its own requests: the next transfer moves
-// exact bytes, or fails, but never reports another request's completion as its own.
+// Used again, it must not take their completions for its own requests: the next transfer waits
+// for them first, then moves exact bytes; if that wait fails, it moves nothing and says so.
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_context_reused_after_a_failed_reap_moves_exact_bytes, Inner,
                               real_backends) {
     if (!nvmeio_test::backend_usable<Inner>()) return;
@@ -788,7 +789,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_context_reused_after_a_failed_reap_moves_exact_b
         BOOST_TEST_CONTEXT(to_string(strategy)) {
             fault_plan plan;
             plan.kinds = {fault::reap_error};
-            plan.schedule = {1};
+            plan.schedule = {1, 2};  // the failed read's second reap, then the next read's first
             aligned_buffer lost(size / 2);  // outlives the context: the kernel may still fill it
             std::optional<faulty_context<Inner>> context;
             context.emplace(context_options{depth, block}, plan);
@@ -800,6 +801,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_context_reused_after_a_failed_reap_moves_exact_b
                 std::error_code ec;
                 (void)read(*context, in, lost, 0, config, ec);
                 BOOST_TEST(static_cast<bool>(ec));
+                // Waiting for what it left fails too: the next read moves nothing and says why.
+                aligned_buffer untouched(size / 2);
+                std::memset(untouched.data(), 0xEE, untouched.size());
+                try {
+                    (void)read(*context, in, untouched, size / 2, config);
+                    BOOST_FAIL("a read succeeded while the requests left in flight were lost");
+                } catch (const io_error& e) {
+                    BOOST_TEST((e.code() == std::errc::bad_address), e.what());
+                    BOOST_TEST(contains(e.operation(), "an earlier transfer left in flight"),
+                               e.what());
+                    BOOST_TEST(e.offset() == size / 2);
+                }
+                BOOST_TEST(std::all_of(untouched.data(), untouched.data() + untouched.size(),
+                                       [](std::byte b) { return b == std::byte{0xEE}; }));
                 context->backend().disarm();
                 for (int round = 0; round < 3; ++round) {
                     aligned_buffer again(size / 2);

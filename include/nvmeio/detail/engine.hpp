@@ -431,7 +431,11 @@ class engine {
                                          std::min(in_flight(), completions_.size()),
                                          completions_.size(), nullptr);
             } while (got == -EINTR);
-            if (got < 0) return lose(got);
+            if (got < 0) {
+                return lose(got,
+                            "io_getevents of the requests an earlier transfer left in flight "
+                            "when its reap failed (they may still be in flight)");
+            }
         }
     }
 
@@ -704,7 +708,7 @@ class engine {
 
     // Reaping failed: requests may still be in flight and cannot be waited for. Every segment
     // not finished yet fails and nothing more is issued; finished ones keep their result.
-    void lose(int rc) {
+    void lose(int rc, const char* operation = "io_getevents (requests may still be in flight)") {
         job& j = *job_;
         j.lost = true;
         (void)j.cursor.seek_unfinished();  // wholly issued, a segment is finished unless busy
@@ -719,8 +723,8 @@ class engine {
         }
         for (std::size_t i = 0; i < j.count; ++i) {
             if (!unfinished[i]) continue;
-            fail(i, {errno_code(-rc), "io_getevents (requests may still be in flight)",
-                     j.target.path(), j.segments[i].offset, j.segments[i].length});
+            fail(i, {errno_code(-rc), operation, j.target.path(), j.segments[i].offset,
+                     j.segments[i].length});
         }
     }
 

@@ -27,11 +27,11 @@ NVMEIO_BEGIN_NAMESPACE
 
 namespace detail {
 
-// The route of a parallel context to a file (strategy.hpp).
-template <class Backend, class Config, if_file_settings<Config> = 0>
-transfer_result route(route_tag, basic_parallel_context<Backend>& context, const file& f,
-                      operation op, mutable_memory memory, std::uint64_t offset,
-                      const Config& config, io_failure& failure) {
+// The route of a parallel context to a file (declared in strategy.hpp).
+template <class Backend, class Config, if_file_settings<Config>>
+transfer_result route(basic_parallel_context<Backend>& context, const file& f, operation op,
+                      mutable_memory memory, std::uint64_t offset, const Config& config,
+                      io_failure& failure) {
     failure = {};
     check_transfer(f, op, memory, offset, context.block_size());
     const std::size_t length = memory.size();

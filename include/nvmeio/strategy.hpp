@@ -24,30 +24,52 @@
 
 NVMEIO_BEGIN_NAMESPACE
 
+template <class Backend>
+class basic_parallel_context;  // parallel_context.hpp
+class stripe_set;              // stripe.hpp
+
 namespace detail {
-
-// How a context moves bytes to and from a target: each pair nvmeio serves is one overload of
-// `route` (an aio context and a file here; a parallel context and a file, parallel.hpp; a
-// parallel context and a stripe set, stripe.hpp), which checks everything, then moves the bytes,
-// recording an I/O failure in `failure`. A class derived from a context is served as that
-// context. The tag makes the calls below find every overload, wherever it is declared (ADL).
-struct route_tag {};
-
-// The settings a target's routes take when the caller gives none; a stripe set's: stripe.hpp.
-inline transfer_config default_settings(route_tag, const file&) noexcept {
-    return {};
-}
-
-template <class Target>
-using default_settings_t = decltype(default_settings(route_tag{}, std::declval<const Target&>()));
 
 // What a route to a file takes: a transfer_config (or a class derived from it) or a policy.
 template <class Settings>
 using if_file_settings =
     std::enable_if_t<is_policy<Settings> || std::is_base_of_v<transfer_config, Settings>, int>;
 
+// How a context moves bytes to and from a target: each pair nvmeio serves is one overload of
+// `route`, declared here and called by its qualified name only, so that no function of a
+// caller's namespace can stand in for it. Each checks everything, then moves the bytes,
+// recording an I/O failure in `failure`. A class derived from a context is served as that
+// context.
+// An aio context and a file: below.
 template <class Backend, class Settings, if_file_settings<Settings> = 0>
-transfer_result route(route_tag, basic_aio_context<Backend>& context, const file& f, operation op,
+transfer_result route(basic_aio_context<Backend>& context, const file& f, operation op,
+                      mutable_memory memory, std::uint64_t offset, const Settings& settings,
+                      io_failure& failure);
+// A parallel context and a file: parallel.hpp.
+template <class Backend, class Settings, if_file_settings<Settings> = 0>
+transfer_result route(basic_parallel_context<Backend>& context, const file& f, operation op,
+                      mutable_memory memory, std::uint64_t offset, const Settings& settings,
+                      io_failure& failure);
+// A parallel context and a stripe set (batch_options, or a class derived from them): stripe.hpp.
+template <class Backend>
+transfer_result route(basic_parallel_context<Backend>& context, const stripe_set& set, operation op,
+                      mutable_memory memory, std::uint64_t offset, const batch_options& options,
+                      io_failure& failure);
+
+// The settings a target's routes take when the caller gives none.
+template <class Target>
+struct default_settings {
+    using type = transfer_config;
+};
+template <>
+struct default_settings<stripe_set> {
+    using type = batch_options;
+};
+template <class Target>
+using default_settings_t = typename default_settings<Target>::type;
+
+template <class Backend, class Settings, if_file_settings<Settings>>
+transfer_result route(basic_aio_context<Backend>& context, const file& f, operation op,
                       mutable_memory memory, std::uint64_t offset, const Settings& settings,
                       io_failure& failure) {
     check_transfer(f, op, memory, offset, context.block_size());
@@ -56,11 +78,10 @@ transfer_result route(route_tag, basic_aio_context<Backend>& context, const file
 
 // transfer_result where a route moves bytes between a Context and a Target with `Settings`;
 // otherwise the front end below takes no part in overload resolution.
-template <class Context, class Target, class Settings = detail::default_settings_t<Target>>
-using route_result =
-    decltype(route(route_tag{}, std::declval<Context&>(), std::declval<const Target&>(),
-                   operation::read, mutable_memory{}, std::uint64_t{},
-                   std::declval<const Settings&>(), std::declval<io_failure&>()));
+template <class Context, class Target, class Settings>
+using route_result = decltype(detail::route(
+    std::declval<Context&>(), std::declval<const Target&>(), operation::read, mutable_memory{},
+    std::uint64_t{}, std::declval<const Settings&>(), std::declval<io_failure&>()));
 
 }  // namespace detail
 
@@ -72,8 +93,7 @@ template <class Context, class Target, class Settings = detail::default_settings
     Context& context, const Target& target, operation op, mutable_memory memory,
     std::uint64_t offset, const Settings& settings = {}) {
     io_failure failure;
-    auto result =
-        route(detail::route_tag{}, context, target, op, memory, offset, settings, failure);
+    auto result = detail::route(context, target, op, memory, offset, settings, failure);
     detail::throw_if(failure);
     return result;
 }
@@ -84,8 +104,7 @@ template <class Context, class Target, class Settings = detail::default_settings
     Context& context, const Target& target, operation op, mutable_memory memory,
     std::uint64_t offset, const Settings& settings, std::error_code& ec) {
     io_failure failure;
-    auto result =
-        route(detail::route_tag{}, context, target, op, memory, offset, settings, failure);
+    auto result = detail::route(context, target, op, memory, offset, settings, failure);
     ec = failure.code;
     return result;
 }

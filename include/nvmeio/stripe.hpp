@@ -108,17 +108,11 @@ class stripe_set {
 
 namespace detail {
 
-// What a stripe set's route takes when the caller gives no settings (strategy.hpp).
-inline batch_options default_settings(route_tag, const stripe_set&) noexcept {
-    return {};
-}
-
-// The route of a parallel context to a stripe set (strategy.hpp): batch_options, or a class
-// derived from them.
+// The route of a parallel context to a stripe set (declared in strategy.hpp).
 template <class Backend>
-transfer_result route(route_tag, basic_parallel_context<Backend>& context, const stripe_set& set,
-                      operation op, mutable_memory memory, std::uint64_t offset,
-                      const batch_options& options, io_failure& failure) {
+transfer_result route(basic_parallel_context<Backend>& context, const stripe_set& set, operation op,
+                      mutable_memory memory, std::uint64_t offset, const batch_options& options,
+                      io_failure& failure) {
     const std::size_t length = memory.size();
     const auto start = std::chrono::steady_clock::now();
     failure = {};

@@ -103,9 +103,16 @@ class counting_io_uring : public io_uring_backend {
     using io_uring_backend::io_uring_backend;
     int submit(const io_request* requests, std::size_t count) noexcept {
         const int rc = io_uring_backend::submit(requests, count);
-        most = std::max(most, in_flight());
+        if (rc > 0) most = std::max(most, tally += static_cast<std::size_t>(rc));
         return rc;
     }
+    int reap(io_completion* out, std::size_t min, std::size_t max,
+             const timespec* timeout) noexcept {
+        const int rc = io_uring_backend::reap(out, min, max, timeout);
+        if (rc > 0) tally -= static_cast<std::size_t>(rc);
+        return rc;
+    }
+    std::size_t tally = 0;  // its own count, independent of the in_flight() the engine asks
     std::size_t most = 0;
 };
 
@@ -667,7 +674,7 @@ BOOST_AUTO_TEST_CASE(faults_on_the_pieces_of_cut_requests_keep_the_device_exact)
             std::memset(data.data(), 0, size);
             BOOST_TEST(transfer(context, f, operation::read, data, 0, config).bytes == size);
             BOOST_TEST(std::memcmp(data.data(), expected.data(), size) == 0);
-            BOOST_TEST(context.backend().inflight() == 0u);
+            BOOST_TEST(context.backend().unreaped() == 0u);
             injected += context.backend().injected();
         }
     }

@@ -200,8 +200,9 @@ class fault_backend {
         return limits.request_size;
     }
 
-    // Requests the kernel accepted and the engine has not reaped yet.
-    [[nodiscard]] std::size_t inflight() const noexcept { return inflight_.size(); }
+    // Requests the kernel accepted and the engine has not reaped yet, by this backend's own
+    // tally (a check of the in_flight() it reports, which is the inner backend's).
+    [[nodiscard]] std::size_t unreaped() const noexcept { return inflight_.size(); }
     // How many faults struck.
     [[nodiscard]] std::uint64_t injected() const noexcept { return injected_; }
     // The last request a fault struck.

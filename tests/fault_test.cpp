@@ -191,9 +191,9 @@ struct rig {
     void disarm() {
         backend::each([](backend& b) { b.disarm(); });
     }
-    std::size_t inflight() {
+    std::size_t unreaped() {
         std::size_t n = 0;
-        backend::each([&](backend& b) { n += b.inflight(); });
+        backend::each([&](backend& b) { n += b.unreaped(); });
         return n;
     }
     std::uint64_t injected() {
@@ -317,7 +317,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(recoverable_faults_complete_with_exact_bytes, Inne
                 // A scheduled fault must really have struck, or the cell proves
                 // nothing.
                 if (c.scheduled) BOOST_TEST(context.backend().injected() > 0u);
-                BOOST_TEST(context.backend().inflight() == 0u);
+                BOOST_TEST(context.backend().unreaped() == 0u);
             }
         }
     }
@@ -361,7 +361,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(io_errors_name_op_file_offset_and_leave_nothing_in
                                    std::string::npos,
                                what);
                 }
-                BOOST_TEST(context.backend().inflight() == 0u, "a request was left in flight");
+                BOOST_TEST(context.backend().unreaped() == 0u, "a request was left in flight");
                 if (c.op == operation::write) {
                     // A failed write touches nothing outside its range and never grows
                     // the file past the range's end.
@@ -416,7 +416,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(random_mix_of_recoverable_faults_keeps_bytes_exact
                 plan.seed = seed;
                 context.backend().rearm(plan);
                 run_exact(context, s, c);
-                BOOST_TEST(context.backend().inflight() == 0u);
+                BOOST_TEST(context.backend().unreaped() == 0u);
             }
         }
     }
@@ -494,7 +494,7 @@ BOOST_AUTO_TEST_CASE(persistent_submit_eagain_is_reported_after_the_retry_budget
             }
             const auto took = std::chrono::steady_clock::now() - start;
             BOOST_TEST((took >= short_budget && took < well_before_the_default));
-            BOOST_TEST(context.backend().inflight() == 0u);
+            BOOST_TEST(context.backend().unreaped() == 0u);
         }
     }
 }
@@ -545,7 +545,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_front_end_recovers_from_every_recoverable_fa
                     BOOST_ERROR("the transfer failed: " << e.what());
                 }
                 if (c.scheduled) BOOST_TEST(r.injected() > 0u);
-                BOOST_TEST(r.inflight() == 0u);
+                BOOST_TEST(r.unreaped() == 0u);
             }
         }
     }
@@ -584,7 +584,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_front_end_reports_fatal_faults_precisely, In
                     BOOST_TEST(e.operation().find(to_string(struck_op)) != std::string::npos,
                                e.what());
                 }
-                BOOST_TEST(r.inflight() == 0u, "a request was left in flight");
+                BOOST_TEST(r.unreaped() == 0u, "a request was left in flight");
                 if (c.op == operation::write) {
                     const std::vector<unsigned char> now = nvmeio_test::slurp(s.path.str());
                     BOOST_TEST(now.size() >= s.old_bytes.size());
@@ -658,7 +658,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(stripes_recover_from_faults_and_report_them, Inner
                     }
                     BOOST_TEST(wrong == 0u);
                     std::size_t inflight = 0;
-                    backend::each([&](backend& be) { inflight += be.inflight(); });
+                    backend::each([&](backend& be) { inflight += be.unreaped(); });
                     BOOST_TEST(inflight == 0u);
                 }
             }
@@ -691,7 +691,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(stripes_recover_from_faults_and_report_them, Inner
             BOOST_TEST(named, e.what());
         }
         std::size_t inflight = 0;
-        backend::each([&](backend& be) { inflight += be.inflight(); });
+        backend::each([&](backend& be) { inflight += be.unreaped(); });
         BOOST_TEST(inflight == 0u);
     }
 }
@@ -772,7 +772,7 @@ BOOST_AUTO_TEST_CASE(persistent_ecanceled_is_reported_after_the_retry_budget) {
     }
     const auto took = std::chrono::steady_clock::now() - start;
     BOOST_TEST((took >= short_budget && took < well_before_the_default));
-    BOOST_TEST(context.backend().inflight() == 0u);
+    BOOST_TEST(context.backend().unreaped() == 0u);
 }
 
 // A context whose reap failed still has requests in flight, into the failed transfer's memory.

@@ -50,7 +50,10 @@ class offset_fault_backend {
 
     unsigned queue_depth() const noexcept { return real_.queue_depth(); }
 
-    [[nodiscard]] std::size_t in_flight() const noexcept { return real_.in_flight(); }
+    // The failed requests count until reap hands their completions back.
+    [[nodiscard]] std::size_t in_flight() const noexcept {
+        return real_.in_flight() + failed_.size();
+    }
 
   private:
     nvmeio::libaio_backend real_;

@@ -10,12 +10,14 @@
 #include <nvmeio/parallel.hpp>
 #include <nvmeio/strategy.hpp>
 #include <nvmeio/stripe.hpp>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <type_traits>
 #include <vector>
 
 #include "backend_support.hpp"
+#include "leak_check.hpp"
 #include "test_support.hpp"
 
 namespace bdata = boost::unit_test::data;
@@ -596,6 +598,24 @@ static_assert(is_invocable_v<reading, parallel_context&, const file&, mutable_me
                              const derived_config&>);
 static_assert(is_invocable_v<reading, derived_context&, const stripe_set&, mutable_memory,
                              std::uint64_t, const derived_options&>);
+// A function named `route` in the namespace of a caller's context (found by argument-dependent
+// lookup) does not stand in for nvmeio's routes.
+namespace caller {
+struct my_context : aio_context {
+    using aio_context::aio_context;
+};
+template <class... T>
+int route(T&&...) {
+    return 0;
+}
+}  // namespace caller
+static_assert(std::is_same_v<std::invoke_result_t<reading, caller::my_context&, const file&,
+                                                  mutable_memory, std::uint64_t>,
+                             transfer_result>);
+static_assert(std::is_same_v<std::invoke_result_t<moving, caller::my_context&, const file&,
+                                                  operation, mutable_memory, std::uint64_t,
+                                                  const transfer_config&, std::error_code&>,
+                             transfer_result>);
 
 // Whether `call` is refused as a view of `size + 1` bytes of memory holding `size` is.
 template <class Call>
@@ -679,4 +699,62 @@ BOOST_AUTO_TEST_CASE(memory_given_with_its_size_bounds_the_length) {
     std::vector<char> back(size);
     BOOST_TEST(f.read_at(back, 0) == size);
     BOOST_TEST(nvmeio_test::holds_pattern(back.data(), size, 3));
+}
+
+// A backend that holds a completion of its own and leaves it out of in_flight(): a test of the
+// engine, which must not wait forever for a request it is told is not in flight, nor report
+// success without its bytes.
+class undercounting_backend {
+  public:
+    static constexpr const char* name = "undercounting";
+    explicit undercounting_backend(unsigned queue_depth) : real_(queue_depth) {}
+    int submit(const io_request* requests, std::size_t count) noexcept {
+        if (count == 0) return 0;
+        if (!held_) {  // the first request "fails" without reaching the kernel
+            held_ = io_completion{requests[0].user_data, -EIO};
+            return 1;
+        }
+        return real_.submit(requests, count);
+    }
+    int reap(io_completion* out, std::size_t min, std::size_t max,
+             const timespec* timeout) noexcept {
+        if (held_ && !handed_ && max > 0) {
+            out[0] = *held_;
+            handed_ = true;
+            return 1;
+        }
+        return real_.reap(out, min, max, timeout);
+    }
+    [[nodiscard]] unsigned queue_depth() const noexcept { return real_.queue_depth(); }
+    [[nodiscard]] std::size_t in_flight() const noexcept { return real_.in_flight(); }  // wrong
+
+  private:
+    libaio_backend real_;
+    std::optional<io_completion> held_;
+    bool handed_ = false;
+};
+
+BOOST_AUTO_TEST_CASE(a_backend_that_miscounts_its_requests_in_flight_is_an_error_not_a_hang) {
+    temp_path path("undercount");
+    const std::size_t size = 5 * 4096;
+    nvmeio_test::spew_pattern(path.str(), size, 5);
+    for (strategy_kind strategy : {strategy_kind::sequential, strategy_kind::overlapped}) {
+        BOOST_TEST_CONTEXT(to_string(strategy)) {
+            basic_aio_context<undercounting_backend> context({1, 4096});
+            file in(path.str(), open_mode::read, direct_io::on);
+            aligned_buffer target(size);
+            transfer_config config;
+            config.strategy = strategy;
+            nvmeio_test::within(std::chrono::seconds(60), "the read", [&] {
+                try {
+                    (void)read(context, in, target, 0, config);
+                    BOOST_FAIL("the read succeeded without its first block");
+                } catch (const io_error& e) {
+                    BOOST_TEST((e.code() == std::errc::protocol_error), e.what());
+                    BOOST_TEST(contains(e.operation(), "no request in flight"), e.what());
+                }
+                return 0;
+            });
+        }
+    }
 }

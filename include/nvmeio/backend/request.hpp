@@ -9,9 +9,10 @@
 ///  - `int reap(io_completion* out, std::size_t min, std::size_t max, const timespec* timeout)
 ///    noexcept` — waits for at least `min` completions (or the timeout) and returns how many it
 ///    stored, or `-errno` (`-EINTR` is possible and means "call again");
-///  - `std::size_t in_flight() const noexcept` — requests accepted by submit and not reaped yet:
-///    the one count of them, which the engine asks (a run whose reap failed leaves some behind,
-///    and the next run collects them before it submits);
+///  - `std::size_t in_flight() const noexcept` — requests submit accepted whose completions reap
+///    has not handed back yet (a completion the backend holds itself counts until it does): the
+///    one count of them, which the engine asks (a run whose reap failed leaves some behind, and
+///    the next run collects them before it reuses any memory of its own);
 ///  - `static constexpr const char* name`;
 ///  - optionally, where it cuts requests (io_uring on a block device), `limits_for`,
 ///    `segment_stays_whole` and `request_length`, which keep nothing between calls: what one

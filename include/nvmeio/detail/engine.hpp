@@ -308,14 +308,18 @@ class engine {
             : context_(context), keep_(keep_up_to) {
             context.creator_.require_current("aio_context");
             const auto busy = context.in_use_.acquire("aio_context");
+            // An arena an earlier run's requests may still write into stays with the context;
+            // the batch gets an arena of its own, and its engine run reports the failed wait.
+            if (collect_strays(context.backend_) < 0) return;
             arena = std::exchange(context.engine_.arena_, {});
+            lent_ = true;
         }
         arena_loan(const arena_loan&) = delete;
         arena_loan& operator=(const arena_loan&) = delete;
-        // Hands the arena back, unless it grew past `keep_up_to` or the context is busy (misuse
-        // that the next transfer reports).
+        // Hands the arena back, unless it grew past `keep_up_to`, none was lent, or the context
+        // is busy (misuse that the next transfer reports).
         ~arena_loan() {
-            if (arena.capacity() > keep_) return;
+            if (!lent_ || arena.capacity() > keep_) return;
             try {
                 const auto busy = context_.in_use_.acquire("aio_context");
                 context_.engine_.arena_ = std::move(arena);
@@ -328,6 +332,7 @@ class engine {
       private:
         Context& context_;
         std::size_t keep_;
+        bool lent_ = false;  // the context's arena, to be handed back
     };
 
   private:
@@ -400,14 +405,23 @@ class engine {
             ~forget() { current = nullptr; }
         } forget_job{job_};
         const clock::time_point start = perf != nullptr ? clock::now() : clock::time_point{};
+        const int strays = collect_strays(backend);  // before prepare reuses the staging slots
         prepare(options);
-        collect_strays();
+        if (strays < 0) {
+            lose(strays,
+                 "io_getevents of the requests an earlier transfer left in flight when its reap "
+                 "failed (they may still be in flight)");
+        }
         if (op == operation::write && !j.lost) reserve_write_runs(target, segments, count);
         while (!j.lost) {
             if (!drain_before_refill || in_flight() == 0) hand_out();
             submit_pending();
             if (j.lost) break;
             if (in_flight() == 0) {
+                if (free_.size() != j.slot_count) {  // slots wait for requests it says are done
+                    lose(-EPROTO, "reap (the backend reports no request in flight while some are)");
+                    break;
+                }
                 if (!j.cursor.seek_unfinished()) break;
                 continue;
             }
@@ -420,23 +434,23 @@ class engine {
     // Requests in flight: the backend's count, the only one kept.
     std::size_t in_flight() const noexcept { return job_->backend.in_flight(); }
 
-    // Requests an earlier run left in flight (its reap failed) complete into that run's memory;
-    // their completions are collected and dropped before this run submits, so that none is
-    // taken for one of this run's requests. If reaping fails again, the run fails as lost.
-    void collect_strays() {
-        while (in_flight() > 0) {
+    // Waits for the requests an earlier run left in flight when its reap failed, and drops their
+    // completions: until then they may write into the memory they name (the caller's, or this
+    // engine's staging slots and arena), so this comes before any of it is used again, and none
+    // of them is taken for one of the next run's requests. 0, or the -errno of a reap that failed
+    // again (the requests are still in flight).
+    static int collect_strays(Backend& backend) {
+        if (backend.in_flight() == 0) return 0;
+        std::vector<io_completion> dropped(std::min<std::size_t>(backend.in_flight(), 256));
+        while (backend.in_flight() > 0) {
             int got;
             do {
-                got = job_->backend.reap(completions_.data(),
-                                         std::min(in_flight(), completions_.size()),
-                                         completions_.size(), nullptr);
+                got = backend.reap(dropped.data(), std::min(backend.in_flight(), dropped.size()),
+                                   dropped.size(), nullptr);
             } while (got == -EINTR);
-            if (got < 0) {
-                return lose(got,
-                            "io_getevents of the requests an earlier transfer left in flight "
-                            "when its reap failed (they may still be in flight)");
-            }
+            if (got < 0) return got;
         }
+        return 0;
     }
 
     // Sets up the run's state: each segment's body (what goes asynchronously) and end of data,

@@ -3,15 +3,15 @@
 # DIR. BEFORE and AFTER are build trees (bench/nvmeio-bench, bench/kv_blocks) of the two commits.
 #   docs/perf/core_paths/checks.sh band|kv DIR BEFORE AFTER
 #   docs/perf/core_paths/checks.sh points DIR BEFORE AFTER ROUNDS BACKEND:OP:BLOCK...
-#  - band: nvmeio-bench at 12 points, 9 rounds; kv: kv_blocks, 7 rounds (core_views/checks.sh);
 #   docs/perf/core_paths/checks.sh kvpoints DIR BEFORE AFTER ROUNDS MEMORY:OP...
-#  - kvpoints: the kv batch (cold, 4 passes) at the given memory (unaligned, aligned) and op,
-#    ROUNDS rounds; ratio = time before / time after;
-#   docs/perf/core_paths/checks.sh size - TREE VARIANT (source trees: include/ of each)
-#  - size: text bytes of a program making one read with a policy and with a transfer_config,
-#    against each tree's headers (g++ -O2), and how many engine loops each links;
+#   docs/perf/core_paths/checks.sh size - TREE VARIANT   (source trees: the include/ of each)
+#  - band: nvmeio-bench at 12 points, 9 rounds; kv: kv_blocks, 7 rounds (core_views/checks.sh);
 #  - points: the given points again (queue depth 64, 64 MiB file), ROUNDS rounds, the order of
-#    the two shuffled per round; medians of the per-round ratios after/before.
+#    the two shuffled per round; medians of the per-round ratios after/before;
+#  - kvpoints: core_views/checks.sh kv with ROUNDS rounds at the given memory (unaligned,
+#    aligned) and op; ratio = time before / time after;
+#  - size: text bytes of a program making one read with a policy and with a transfer_config,
+#    against each tree's headers (g++ -O2), and how many engine loops each links.
 # For the policy question, BEFORE is a tree whose engine reads the strategy at run time (one
 # loop) and AFTER the same commit as it is (a loop per policy).
 set -euo pipefail
@@ -41,27 +41,7 @@ for point in sys.argv[5:]:
     print(f"| {backend} | {op} | {block} x 64 | {statistics.median(rr):.3f} | {statistics.median(cr):.3f} | per-round rate ratios {' '.join(f'{x:.2f}' for x in rr)}", flush=True)
 PY
   rm -f "$dir/points.bin" ;;
-kvpoints)
-  rounds=$5
-  shift 5
-  python3 -c "import os,sys; f=open(sys.argv[1],'wb'); [f.write(os.urandom(65536)) for _ in range(2048)]" "$dir/kv.bin"
-  python3 - "$dir/kv.bin" "$before/bench/kv_blocks" "$after/bench/kv_blocks" "$rounds" "$@" <<'PY'
-import random, statistics, subprocess, sys
-path, old, new, R = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-for point in sys.argv[5:]:
-    memory, op = point.split(":")
-    t = {}
-    for r in range(R):
-        order = [old, new]; random.Random(r).shuffle(order)
-        for exe in order:
-            subprocess.run("sync; echo 3 > /proc/sys/vm/drop_caches", shell=True, check=True)
-            out = subprocess.run([exe, "--file", path, "--op", op, "--memory", memory, "--blocks", "1024",
-                                  "--block-size", "64K", "--loops", "4"], check=True, capture_output=True, text=True).stdout
-            t[exe, r] = float(out.split()[0])
-    rr = [t[old, r] / t[new, r] for r in range(R)]
-    print(f"| batch {memory} | {op} | 1024 x 64 KiB | {statistics.median(rr):.3f} | per-round {' '.join(f'{x:.2f}' for x in rr)}", flush=True)
-PY
-  rm -f "$dir/kv.bin" ;;
+kvpoints) shift 4; exec "$here/../core_views/checks.sh" kv "$dir" "$before" "$after" "$@" ;;
 size)
   probe=$(mktemp -d)
   trap 'rm -rf "$probe"' EXIT

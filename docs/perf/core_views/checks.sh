@@ -6,6 +6,7 @@
 #  - band4k: the 4 KiB x 64 reads again, 15 rounds;
 #  - kv: one batch of 1,024 x 64 KiB scattered blocks (kv_blocks), cold, 7 rounds of 4 passes,
 #    staged (64 bytes off) and aligned memory, read and write; ratio = time before / time after.
+#    `kv DIR BEFORE AFTER ROUNDS MEMORY:OP...` runs other rounds and points.
 set -euo pipefail
 what=$1 dir=$2 before=$3 after=$4
 case $what in
@@ -30,22 +31,27 @@ for backend in ("io_uring", "libaio"):
 PY
   rm -f "$dir/band.bin" ;;
 kv)
+  # Optionally: ROUNDS (default 7) and MEMORY:OP points (default all four), after the trees.
+  rounds=${5:-7}
+  shift $(($# < 5 ? $# : 5))
+  points=("$@")
+  [[ ${#points[@]} -gt 0 ]] || points=(unaligned:read unaligned:write aligned:read aligned:write)
   python3 -c "import os,sys; f=open(sys.argv[1],'wb'); [f.write(os.urandom(65536)) for _ in range(2048)]" "$dir/kv.bin"
-  python3 - "$dir/kv.bin" "$before/bench/kv_blocks" "$after/bench/kv_blocks" <<'PY'
+  python3 - "$dir/kv.bin" "$before/bench/kv_blocks" "$after/bench/kv_blocks" "$rounds" "${points[@]}" <<'PY'
 import random, statistics, subprocess, sys
-path, old, new = sys.argv[1:4]
-for memory in ("unaligned", "aligned"):
-    for op in ("read", "write"):
-        t, R = {}, 7
-        for r in range(R):
-            order = [old, new]; random.Random(r).shuffle(order)
-            for exe in order:
-                subprocess.run("sync; echo 3 > /proc/sys/vm/drop_caches", shell=True, check=True)
-                out = subprocess.run([exe, "--file", path, "--op", op, "--memory", memory, "--blocks", "1024",
-                                      "--block-size", "64K", "--loops", "4"], check=True, capture_output=True, text=True).stdout
-                t[exe, r] = float(out.split()[0])
-        ratio = statistics.median(t[old, r] / t[new, r] for r in range(R))
-        print(f"| batch {memory} | {op} | 1024 x 64 KiB | {ratio:.3f} |")
+path, old, new, R = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+for point in sys.argv[5:]:
+    memory, op = point.split(":")
+    t = {}
+    for r in range(R):
+        order = [old, new]; random.Random(r).shuffle(order)
+        for exe in order:
+            subprocess.run("sync; echo 3 > /proc/sys/vm/drop_caches", shell=True, check=True)
+            out = subprocess.run([exe, "--file", path, "--op", op, "--memory", memory, "--blocks", "1024",
+                                  "--block-size", "64K", "--loops", "4"], check=True, capture_output=True, text=True).stdout
+            t[exe, r] = float(out.split()[0])
+    rr = [t[old, r] / t[new, r] for r in range(R)]
+    print(f"| batch {memory} | {op} | 1024 x 64 KiB | {statistics.median(rr):.3f} | per-round {' '.join(f'{x:.2f}' for x in rr)}", flush=True)
 PY
   rm -f "$dir/kv.bin" ;;
 esac

@@ -2,11 +2,11 @@
 # The measurements behind core_paths.md (runs.txt), on ext4 over the RAM-backed device mounted at
 # DIR. BEFORE and AFTER are build trees (bench/nvmeio-bench, bench/kv_blocks) of the two commits.
 #   docs/perf/core_paths/checks.sh band|kv DIR BEFORE AFTER
-#   docs/perf/core_paths/checks.sh points DIR BEFORE AFTER ROUNDS BACKEND:OP:BLOCK...
+#   docs/perf/core_paths/checks.sh points DIR BEFORE AFTER ROUNDS BACKEND:OP:BLOCK[:DEPTH]...
 #   docs/perf/core_paths/checks.sh kvpoints DIR BEFORE AFTER ROUNDS MEMORY:OP...
 #   docs/perf/core_paths/checks.sh size - TREE VARIANT   (source trees: the include/ of each)
 #  - band: nvmeio-bench at 12 points, 9 rounds; kv: kv_blocks, 7 rounds (core_views/checks.sh);
-#  - points: the given points again (queue depth 64, 64 MiB file), ROUNDS rounds, the order of
+#  - points: the given points again (queue depth 64 unless given, 64 MiB file), ROUNDS rounds, the order of
 #    the two shuffled per round; medians of the per-round ratios after/before;
 #  - kvpoints: core_views/checks.sh kv with ROUNDS rounds at the given memory (unaligned,
 #    aligned) and op; ratio = time before / time after;
@@ -27,18 +27,18 @@ points)
 import json, random, statistics, subprocess, sys
 f, old, new, R = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 for point in sys.argv[5:]:
-    backend, op, block = point.split(":")
+    backend, op, block, depth = (point + ":64").split(":")[:4]
     rate, cpu = {}, {}
     for r in range(R):
         order = [old, new]; random.Random(r).shuffle(order)
         for exe in order:
-            j = json.loads(subprocess.run([exe, "-f", f, "-s", "64M", "-b", block, "-q", "64", "--op", op,
+            j = json.loads(subprocess.run([exe, "-f", f, "-s", "64M", "-b", block, "-q", depth, "--op", op,
                                            "--backend", backend, "-n", "3", "-w", "1", "--json"],
                                           check=True, capture_output=True, text=True).stdout)
             rate[exe, r] = j["gb_per_s"]["median"]; cpu[exe, r] = j["cpu_seconds_per_gib"]["median"]
     rr = [rate[new, r] / rate[old, r] for r in range(R)]
     cr = [cpu[new, r] / cpu[old, r] for r in range(R)]
-    print(f"| {backend} | {op} | {block} x 64 | {statistics.median(rr):.3f} | {statistics.median(cr):.3f} | per-round rate ratios {' '.join(f'{x:.2f}' for x in rr)}", flush=True)
+    print(f"| {backend} | {op} | {block} x {depth} | {statistics.median(rr):.3f} | {statistics.median(cr):.3f} | per-round rate ratios {' '.join(f'{x:.2f}' for x in rr)}; CPU {' '.join(f'{x:.2f}' for x in cr)}", flush=True)
 PY
   rm -f "$dir/points.bin" ;;
 kvpoints) shift 4; exec "$here/../core_views/checks.sh" kv "$dir" "$before" "$after" "$@" ;;

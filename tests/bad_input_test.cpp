@@ -18,7 +18,9 @@
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <nvmeio/parallel.hpp>
 #include <nvmeio/strategy.hpp>
+#include <nvmeio/stripe.hpp>
 #include <string>
 #include <vector>
 
@@ -322,6 +324,43 @@ BOOST_AUTO_TEST_CASE(range_past_the_largest_file_offset_is_rejected) {
         }
     }
     BOOST_TEST(nvmeio_test::file_size(path.str()) == 4u);
+}
+
+// The same on every context and target: a view near SIZE_MAX (or a range past the largest file
+// offset) is refused before anything is planned; a stripe set used to cut it into stripe units
+// first, without end.
+BOOST_AUTO_TEST_CASE(range_past_the_largest_file_offset_is_rejected_on_every_target) {
+    temp_path a("far_stripe_a");
+    temp_path b("far_stripe_b");
+    parallel_context context({2, {4, block}});
+    stripe_set set(std::vector<std::string>{a.str(), b.str()}, open_mode::read_write, block);
+    file f(a.str(), open_mode::read_write);
+    std::vector<char> memory(block);
+    const std::uint64_t largest = static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
+    const auto refused = [&](const char* what, auto call, std::uint64_t offset) {
+        BOOST_TEST_CONTEXT(what << ", offset " << offset) {
+            nvmeio_test::within(std::chrono::seconds(60), what, [&] {
+                try {
+                    (void)call();
+                    BOOST_FAIL("a range past the largest file offset was accepted");
+                } catch (const std::invalid_argument& e) {
+                    BOOST_TEST(contains(e.what(), "passes the largest file offset"), e.what());
+                    BOOST_TEST(contains(e.what(), std::to_string(offset)), e.what());
+                }
+                return 0;
+            });
+        }
+    };
+    const mutable_memory huge = nvmeio::memory(static_cast<void*>(memory.data()), SIZE_MAX);
+    refused(
+        "stripe, a SIZE_MAX view", [&] { return read(context, set, huge, 0); }, 0);
+    refused(
+        "stripe, past the largest offset",
+        [&] { return write(context, set, memory, largest - 4095); }, largest - 4095);
+    refused(
+        "parallel, a SIZE_MAX view", [&] { return read(context, f, huge, 0); }, 0);
+    BOOST_TEST(nvmeio_test::file_size(a.str()) == 0u);
+    BOOST_TEST(nvmeio_test::file_size(b.str()) == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(length_beyond_4_gib_is_counted_in_64_bits) {

@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -123,10 +122,11 @@ transfer_result route(basic_parallel_context<Backend>& context, const stripe_set
     }
     if (length == 0) return result;
     if (memory.data() == nullptr) throw_invalid("striped transfer: the buffer is null");
-    if (offset > std::numeric_limits<std::uint64_t>::max() - length) {
+    // Before the range is cut into stripe units: a view near SIZE_MAX would be cut without end.
+    if (passes_largest_offset(offset, length)) {
         throw_invalid("striped " + std::string(to_string(op)) + " of " + std::to_string(length) +
                       " bytes at offset " + std::to_string(offset) +
-                      ": the range passes the largest offset");
+                      ": the range passes the largest file offset");
     }
     if (!is_aligned(offset, set.required_alignment())) {
         throw_invalid("striped " + std::string(to_string(op)) + " at offset " +

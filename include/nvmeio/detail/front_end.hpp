@@ -26,6 +26,13 @@
 NVMEIO_BEGIN_NAMESPACE
 namespace detail {
 
+// Whether `length` bytes at `offset` pass the largest offset a file has (off_t's), or the
+// largest 64-bit number.
+inline bool passes_largest_offset(std::uint64_t offset, std::size_t length) noexcept {
+    return offset > std::numeric_limits<std::uint64_t>::max() - length ||
+           offset + length > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
+}
+
 // The one precondition check of every transfer front end (the O_DIRECT rules of strategy.hpp).
 inline void check_transfer(const file& f, operation op, const_memory memory, std::uint64_t offset,
                            std::size_t block_size) {
@@ -41,8 +48,7 @@ inline void check_transfer(const file& f, operation op, const_memory memory, std
     }
     if (length == 0) return;
     if (buffer == nullptr) throw_invalid(what() + "the buffer is null");
-    if (offset > std::numeric_limits<std::uint64_t>::max() - length ||
-        offset + length > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
+    if (passes_largest_offset(offset, length)) {
         throw_invalid(what() + "the range passes the largest file offset");
     }
     if (!f.is_direct()) return;
@@ -90,8 +96,7 @@ inline void check_batch(const file& f, operation op, const std::vector<batch_req
         const std::size_t length = r.memory.size();
         if (length == 0) continue;
         if (r.memory.data() == nullptr) throw_bad_request(f, i, r, "the buffer is null");
-        if (r.offset > std::numeric_limits<std::uint64_t>::max() - length ||
-            r.offset + length > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
+        if (passes_largest_offset(r.offset, length)) {
             throw_bad_request(f, i, r, "the range passes the largest file offset");
         }
     }

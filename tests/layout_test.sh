@@ -7,9 +7,9 @@
 #  - detail/ lies below the public headers it serves: it includes detail/ and the lower public
 #    headers only (never a context, a front end or the umbrella);
 #  - those lower headers (file, the backends, the vocabulary) include only the floor of detail/:
-#    the headers that include nothing of nvmeio's but version.hpp (file's member definitions,
-#    the per-file size mutex, the cached process id, the record of nvmeio's memory that io_uring
-#    rings pin), so that everything may stand on them.
+#    the headers that include nothing of nvmeio's but version.hpp and the floor itself (file's
+#    member definitions, the per-file size mutex, the cached process id, a buffer's pin record,
+#    which stands on the process id), so that everything may stand on them.
 # Prints every include that breaks a rule and fails if there is one.
 set -euo pipefail
 root=${1:-$(dirname "$0")/../include}
@@ -37,9 +37,16 @@ for path in detail/*.hpp; do
   done
 done
 # The headers detail/ stands on stand only on the floor of detail/, which includes nothing but
-# version.hpp (macros: the namespace's, the version's; it includes nothing).
-beyond_version() { includes "$1" | grep -vx version || true; }  # FILE
-is_floor() { [[ -e $1.hpp ]] && [[ -z $(beyond_version "$1.hpp") ]] || { [[ -e $1.ipp ]] && [[ -z $(beyond_version "$1.ipp") ]]; }; }
+# version.hpp (macros: the namespace's, the version's; it includes nothing) and the floor.
+floor_file() {  # FILE: whether it includes only version.hpp and floor headers of detail/
+  local i
+  for i in $(includes "$1"); do
+    [[ $i == version ]] && continue
+    [[ $i == detail/* ]] && is_floor "$i" && continue
+    return 1
+  done
+}
+is_floor() { { [[ -e $1.hpp ]] && floor_file "$1.hpp"; } || { [[ -e $1.ipp ]] && floor_file "$1.ipp"; }; }
 for f in $lower backend/*; do
   f=${f%.hpp}
   [[ -e $f.hpp ]] || continue

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <nvmeio/aio_context.hpp>
 #include <nvmeio/aligned_allocator.hpp>
@@ -101,6 +102,58 @@ BOOST_AUTO_TEST_CASE(memory_nvmeio_did_not_allocate_stays_unpinned) {
     const registration_use use = context.backend().registered_use();
     BOOST_TEST(use.pinned == 0u);
     BOOST_TEST(use.fixed_buffer_requests == 0u);
+}
+
+// Pinning follows the view, not the address: the same aligned_buffer described by a bare pointer
+// is never pinned (and its record never looked at), a view that names another buffer's record is
+// not trusted, and a view made from the buffer pins it on its second pass.
+BOOST_AUTO_TEST_CASE(only_a_view_made_from_the_buffer_pins_it) {
+    if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
+    nvmeio_test::temp_path path("pin_view");
+    const std::size_t size = 8 * block;
+    nvmeio_test::spew_pattern(path.str(), size, 43);
+    uring_context context({4, block});
+    file f(path.str(), open_mode::read);
+    aligned_buffer sink(size);
+    aligned_buffer other(size);
+    for (int pass = 0; pass < 3; ++pass) {
+        std::memset(sink.data(), 0, size);
+        BOOST_TEST(read(context, f, nvmeio::memory(sink.data(), size), 0).bytes == size);
+        BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), size, 43));
+        std::memset(sink.data(), 0, size);
+        BOOST_TEST(read(context, f, mutable_memory(sink.data(), size, other.pins()), 0).bytes ==
+                   size);
+        BOOST_TEST(nvmeio_test::holds_pattern(sink.data(), size, 43));
+    }
+    BOOST_TEST(!sink.pins()->looked_at());
+    BOOST_TEST(context.backend().registered_use().pinned == 0u);
+    BOOST_TEST(context.backend().registered_use().fixed_buffer_requests == 0u);
+    for (int pass = 0; pass < 2; ++pass)
+        BOOST_TEST(read(context, f, nvmeio::memory(sink).first(size), 0).bytes == size);
+    BOOST_TEST(sink.pins()->looked_at());
+    BOOST_TEST(context.backend().registered_use().pinned == 1u);
+}
+
+// The record moves with the memory: a pinned buffer handed to another owner is let go when that
+// owner frees it.
+BOOST_AUTO_TEST_CASE(a_pinned_buffer_moved_to_another_owner_is_let_go_when_that_owner_frees_it) {
+    if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
+    nvmeio_test::temp_path path("pin_moved");
+    nvmeio_test::spew_pattern(path.str(), 4 * block, 44);
+    uring_context context({4, block});
+    file f(path.str(), open_mode::read);
+    aligned_buffer first(4 * block);
+    for (int pass = 0; pass < 2; ++pass)
+        BOOST_TEST(read(context, f, first, 0).bytes == 4 * block);
+    BOOST_TEST_REQUIRE(context.backend().registered_use().pinned == 1u);
+    auto owner = std::make_unique<aligned_buffer>(std::move(first));
+    BOOST_TEST(first.pins() == nullptr);
+    std::memset(owner->data(), 0, 4 * block);
+    BOOST_TEST(read(context, f, *owner, 0).bytes == 4 * block);  // still pinned, still right
+    BOOST_TEST(nvmeio_test::holds_pattern(owner->data(), 4 * block, 44));
+    BOOST_TEST(context.backend().registered_use().fixed_buffer_requests == 8u);
+    owner.reset();
+    BOOST_TEST(context.backend().registered_use().unpinned == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(turned_off_it_leaves_every_request_plain) {
@@ -430,3 +483,41 @@ BOOST_AUTO_TEST_CASE(this_build_has_no_io_uring_so_nothing_is_pinned) {
 }
 
 #endif
+
+// A record locked by a parent's thread at the fork is left alone in the child: freeing the
+// buffer there neither waits for a thread the child does not have nor reads a half-changed list.
+BOOST_AUTO_TEST_CASE(a_child_does_not_wait_for_a_record_its_parent_held_locked_at_the_fork) {
+    struct pinner final : nvmeio::detail::memory_pinner {
+        void unpin(nvmeio::detail::pin_record&) noexcept override {
+            ::_exit(21);
+        }  // never in the child
+    } ring;
+    nvmeio::aligned_buffer buffer(block);
+    nvmeio::detail::pin_record& record = *buffer.pins();
+    std::atomic<bool> inside{false};
+    std::atomic<bool> leave{false};
+    std::thread holder([&] {
+        (void)record.pin(ring, [&](std::vector<nvmeio::detail::piece_use>&) {
+            inside = true;
+            while (!leave.load())
+                std::this_thread::yield();
+            return true;  // pinned: the ring is named, so a free must reach it
+        });
+    });
+    while (!inside.load())
+        std::this_thread::yield();
+    const pid_t child = ::fork();  // with the record locked by `holder`
+    if (child == 0) {
+        ::alarm(10);  // a wait for the lock would end here, with SIGALRM
+        { nvmeio::aligned_buffer gone(std::move(buffer)); }  // frees it
+        ::_exit(0);
+    }
+    leave = true;
+    holder.join();
+    BOOST_TEST_REQUIRE(child > 0);
+    int status = 0;
+    BOOST_TEST_REQUIRE(::waitpid(child, &status, 0) == child);
+    BOOST_TEST(WIFEXITED(status), "the child was killed by signal " << WTERMSIG(status));
+    BOOST_TEST(WEXITSTATUS(status) == 0);
+    record.forget(ring);  // the parent's buffer goes without calling the test's pinner
+}

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "nvmeio/alignment.hpp"
-#include "nvmeio/detail/memory_registry.hpp"
+#include "nvmeio/detail/pin_record.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/version.hpp"
 
@@ -86,8 +86,9 @@ struct buffer_options {
 /// caller asked for; `capacity()` is `size()` rounded up to `alignment()`, so an aligned
 /// over-read of a file tail always lands inside the buffer.
 ///
-/// An io_uring context that moves bytes through it again may pin it once; freeing it first makes
-/// every ring let go of it (detail/memory_registry.hpp).
+/// An io_uring context that moves bytes through it again may pin it once: the buffer's pin record
+/// (`pins()`) travels with every view made from it, and freeing the buffer first makes every
+/// ring that pinned it let go (detail/pin_record.hpp).
 class aligned_buffer {
   public:
     /// An empty buffer.
@@ -132,15 +133,12 @@ class aligned_buffer {
             }
             locked_ = true;
         }
-        detail::memory_registry& registry = detail::memory_registry::instance();
-        if (!registry.recording()) return;
         try {
-            registry.add(data_, capacity_);
+            pins_ = detail::pin_record::make(data_, capacity_);
         } catch (...) {
             release();
             throw;
         }
-        registry_ = &registry;
     }
 
     aligned_buffer(const aligned_buffer&) = delete;
@@ -172,6 +170,9 @@ class aligned_buffer {
     [[nodiscard]] bool locked() const noexcept { return locked_; }
     /// True for a buffer of size zero.
     [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+    /// What io_uring rings that pin this memory share with it (views made from the buffer carry
+    /// it); null for an empty buffer.
+    [[nodiscard]] detail::pin_record* pins() const noexcept { return pins_; }
 
     /// Exchanges two buffers.
     void swap(aligned_buffer& other) noexcept {
@@ -181,16 +182,17 @@ class aligned_buffer {
         std::swap(alignment_, other.alignment_);
         std::swap(allocation_alignment_, other.allocation_alignment_);
         std::swap(locked_, other.locked_);
-        std::swap(registry_, other.registry_);
+        std::swap(pins_, other.pins_);
     }
 
   private:
     void release() noexcept {
         if (data_ == nullptr) return;
-        // The registry it joined, even if another copy of nvmeio frees it: no ring keeps it
-        // pinned past here.
-        if (registry_ != nullptr) registry_->remove(data_);
-        registry_ = nullptr;
+        // No ring keeps it pinned past here, whichever copy of nvmeio made the ring.
+        if (pins_ != nullptr) {
+            pins_->free_memory();
+            std::exchange(pins_, nullptr)->drop();
+        }
         if (locked_) (void)::munlock(data_, capacity_);
         ::operator delete (data_, std::align_val_t{allocation_alignment_});
         data_ = nullptr;
@@ -204,7 +206,7 @@ class aligned_buffer {
     std::size_t alignment_ = 4096;
     std::size_t allocation_alignment_ = 4096;
     bool locked_ = false;
-    detail::memory_registry* registry_ = nullptr;  // the one it joined (never destroyed)
+    detail::pin_record* pins_ = nullptr;  // shared with the rings that pin it
 };
 
 NVMEIO_END_NAMESPACE

@@ -5,7 +5,9 @@
 /// `mutable_memory` (read into) and `const_memory` (written from) are made from an aligned_buffer,
 /// from any contiguous range of trivially copyable elements (std::vector, std::array, a C array,
 /// std::span), or explicitly from a pointer and a size (`memory(p, n)`). A shorter transfer takes
-/// a checked sub-view: `memory(v).first(n)`, `memory(v).slice(at, n)`.
+/// a checked sub-view: `memory(v).first(n)`, `memory(v).slice(at, n)`. A view of an aligned_buffer
+/// (and every sub-view of it) also carries the buffer's pin record, through which an io_uring
+/// context may pin the buffer once (detail/pin_record.hpp); a view from a pointer carries none.
 
 #include <cstddef>
 #include <iterator>
@@ -18,6 +20,8 @@
 NVMEIO_BEGIN_NAMESPACE
 
 namespace detail {
+
+class pin_record;
 
 // The element type of a contiguous range `R` with `data()` and `size()`, or void.
 template <class R, class = void>
@@ -47,6 +51,20 @@ template <class T>
 struct has_data_and_size<
     T, std::void_t<decltype(std::declval<T&>().data()), decltype(std::declval<T&>().size())>>
     : std::true_type {};
+// The pin record of a range that has one (an aligned_buffer's `pins()`), or null.
+template <class R, class = void>
+struct has_pins : std::false_type {};
+template <class R>
+struct has_pins<R, std::void_t<decltype(std::declval<R&>().pins())>> : std::true_type {};
+template <class R>
+pin_record* pins_of(R& range) noexcept {
+    if constexpr (has_pins<R>::value) {
+        return range.pins();
+    } else {
+        return nullptr;
+    }
+}
+
 template <class T>
 inline constexpr bool not_its_memory = std::is_class_v<T> && (!std::is_trivially_copyable_v<T> ||
                                                               has_data_and_size<T>::value);
@@ -65,13 +83,19 @@ class basic_memory {
     /// pass for it (`{p, offset}` with the length after it).
     constexpr explicit basic_memory(Void* data, std::size_t size) noexcept
         : data_(data), size_(size) {}
+    /// The same, inside the aligned_buffer whose pin record is `pins` (a ring pins nothing
+    /// outside the record's buffer).
+    constexpr explicit basic_memory(Void* data, std::size_t size, detail::pin_record* pins) noexcept
+        : data_(data), size_(size), pins_(pins) {}
     /// `&buffer` for `buffer.data()` would cover the object's own bytes: refused.
     template <class T, std::enable_if_t<detail::not_its_memory<T>, int> = 0>
     basic_memory(T* object, std::size_t size) = delete;
     /// Every byte of a contiguous range (an aligned_buffer, a vector, an array, a span).
     template <class R, std::enable_if_t<detail::bytes_of_range<R, Void>, int> = 0>
     constexpr basic_memory(R& range) noexcept  // NOLINT(google-explicit-constructor): a range
-        : data_(std::data(range)), size_(std::size(range) * sizeof(*std::data(range))) {}
+        : data_(std::data(range)),
+          size_(std::size(range) * sizeof(*std::data(range))),
+          pins_(detail::pins_of(range)) {}
     /// A temporary range dies before an asynchronous transfer of it runs: refused (a non-const
     /// one binds to no `R&`).
     template <class R, std::enable_if_t<detail::bytes_of_range<const R, Void>, int> = 0>
@@ -79,7 +103,7 @@ class basic_memory {
     /// Writable memory is also readable.
     template <class V = Void, std::enable_if_t<std::is_const_v<V>, int> = 0>
     constexpr basic_memory(const basic_memory<void>& other) noexcept  // NOLINT: a conversion
-        : data_(other.data()), size_(other.size()) {}
+        : data_(other.data()), size_(other.size()), pins_(other.pins()) {}
 
     /// The first byte (null for an empty view made so).
     [[nodiscard]] constexpr Void* data() const noexcept { return data_; }
@@ -88,6 +112,8 @@ class basic_memory {
     /// The bytes it covers.
     [[nodiscard]] constexpr std::size_t size() const noexcept { return size_; }
     [[nodiscard]] constexpr bool empty() const noexcept { return size_ == 0; }
+    /// The pin record of the aligned_buffer it views, or null (see the file comment).
+    [[nodiscard]] constexpr detail::pin_record* pins() const noexcept { return pins_; }
 
     /// The first `n` bytes; std::invalid_argument when it holds fewer.
     [[nodiscard]] basic_memory first(std::size_t n) const { return slice(0, n); }
@@ -98,12 +124,13 @@ class basic_memory {
                                   std::to_string(at) + " of memory holding " +
                                   std::to_string(size_) + " bytes passes its end");
         }
-        return basic_memory(bytes() + at, n);
+        return basic_memory(bytes() + at, n, pins_);
     }
 
   private:
     Void* data_ = nullptr;
     std::size_t size_ = 0;
+    detail::pin_record* pins_ = nullptr;
 };
 
 /// Memory a transfer may write into.
@@ -146,7 +173,7 @@ void memory(const R&& range) = delete;
 namespace detail {
 // The engine moves bytes both ways through one kind of view; a write only reads them.
 inline mutable_memory unconst(const_memory m) noexcept {
-    return mutable_memory(const_cast<void*>(m.data()), m.size());
+    return mutable_memory(const_cast<void*>(m.data()), m.size(), m.pins());
 }
 }  // namespace detail
 

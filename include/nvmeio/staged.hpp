@@ -230,7 +230,7 @@ class staged_run {
         const file& f = *files_[window.file];
         try {
             const transfer_result r = nvmeio::transfer(
-                *context_, f, op, memory(ring_->slot(slot_of(w)), length), window.offset, config_);
+                *context_, f, op, ring_->slot_memory(slot_of(w), length), window.offset, config_);
             if (r.bytes < length) {
                 throw io_error({detail::errno_code(ENODATA),
                                 "read (the file ended at byte " +

@@ -26,6 +26,7 @@
 
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/error.hpp"
+#include "nvmeio/memory.hpp"
 #include "nvmeio/transfer.hpp"
 #include "nvmeio/version.hpp"
 
@@ -88,6 +89,16 @@ class staging_ring {
     /// The first byte of slot `slot`.
     [[nodiscard]] std::byte* slot(unsigned slot) noexcept {
         return memory_.data() + std::size_t{slot} * options_.slot_size;
+    }
+    /// The first `length` bytes of slot `slot`, as a view of the ring's memory (which an io_uring
+    /// context may then pin once); std::invalid_argument past the slot's end.
+    [[nodiscard]] mutable_memory slot_memory(unsigned slot, std::size_t length) {
+        if (length > options_.slot_size) {
+            detail::throw_invalid("staging_ring: " + std::to_string(length) +
+                                  " bytes do not fit in a slot of " +
+                                  std::to_string(options_.slot_size));
+        }
+        return memory(memory_).slice(std::size_t{slot} * options_.slot_size, length);
     }
     /// Host bytes the ring holds.
     [[nodiscard]] std::size_t bytes() const noexcept { return memory_.size(); }

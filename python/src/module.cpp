@@ -52,8 +52,7 @@ nvmeio::batch_request piece_of(const torch::Tensor& buffer, std::int64_t offset,
         throw std::invalid_argument(std::string(method) + ": " + offset_name() +
                                     " must not be negative (got " + std::to_string(offset) + ")");
     }
-    return {nvmeio::memory(buffer.numel() == 0 ? nullptr : buffer.data_ptr(), buffer.nbytes()),
-            static_cast<std::uint64_t>(offset)};
+    return {memory_of(buffer), static_cast<std::uint64_t>(offset)};
 }
 
 std::unique_ptr<request> make_request(nvmeio::operation op, const torch::Tensor& buffer,
@@ -384,7 +383,10 @@ void def_locked_tensors(Class& c) {
                        pinned_registry::shared().owns(buffer);
             },
             "buffer"_a)
-        .def("_locked_tensors", [](self&) { return pinned_registry::shared().live(); });
+        .def("_locked_tensors", [](self&) { return pinned_registry::shared().live(); })
+        .def("_carries_pin_record", [](self&, const torch::Tensor& buffer) {
+            return buffer.is_cpu() && buffer.is_contiguous() && memory_of(buffer).pins() != nullptr;
+        });
 }
 
 // A staged job for Python: the job, and what Python must keep alive while it runs (the tensors

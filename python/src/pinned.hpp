@@ -82,6 +82,19 @@ inline torch::Tensor tensor_over(nvmeio::aligned_buffer memory, std::int64_t cou
     return tensor.has_storage() && tensor.storage().data_ptr().get_deleter() == &detail::free_owned;
 }
 
+/// The bytes of a contiguous CPU tensor as a view. Over nvmeio's memory (tensor_over) the view
+/// carries the buffer's pin record, so that an io_uring handle may pin it once; other tensors'
+/// memory is never pinned behind torch's back.
+inline nvmeio::mutable_memory memory_of(const torch::Tensor& tensor) {
+    void* data = tensor.numel() == 0 ? nullptr : tensor.data_ptr();
+    const std::size_t bytes = tensor.nbytes();
+    if (data == nullptr || !owned_by_nvmeio(tensor)) return nvmeio::memory(data, bytes);
+    auto* owned = static_cast<detail::owned_memory*>(tensor.storage().data_ptr().get_context());
+    const auto at =
+        static_cast<std::size_t>(static_cast<const std::byte*>(data) - owned->memory.data());
+    return nvmeio::memory(owned->memory).slice(at, bytes);
+}
+
 /// A uint8 tensor of `bytes` bytes over fresh page-aligned memory (locked as `page_aligned`
 /// says) that it owns: the memory goes with the last tensor viewing it. The arena that loaded
 /// tensors view, and what O_DIRECT reads into without a copy.

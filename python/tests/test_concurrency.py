@@ -251,6 +251,19 @@ print("parent", h.wait())
     assert "child 7" in out.stdout and "parent 0" in out.stdout
 
 
+def test_nvmeio_memory_carries_its_pin_record_and_other_memory_does_not():
+    # What lets an io_uring handle pin a locked tensor or a load's arena once: the view of it
+    # carries its buffer's pin record (views of any part of it too). torch's memory never does.
+    h = nvmeio_torch.aio_handle()
+    t = h.new_cpu_locked_tensor(1 << 20, torch.empty(0, dtype=torch.float16))
+    arena = nvmeio_torch._C.aligned_tensor(3 << 20)
+    assert h._carries_pin_record(t) and h._carries_pin_record(torch.narrow(t, 0, 1024, 1024))
+    assert h._carries_pin_record(arena[4096:8192])
+    assert not h._carries_pin_record(torch.zeros(10))
+    assert not h._carries_pin_record(torch.empty(0, dtype=torch.uint8))
+    assert h.free_cpu_locked_tensor(t) is True
+
+
 def test_locked_tensors_freed_on_other_threads_while_a_handle_reads_keep_exact_bytes(workdir, backend):
     # On io_uring a locked tensor read twice is pinned with the handle's rings; freeing it (here
     # from another thread, as the garbage collector may) lets every ring go of it first, so the

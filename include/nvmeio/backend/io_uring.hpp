@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -123,7 +124,14 @@ class io_uring_backend {
 
     /// Tears the ring down; the kernel cancels or waits for requests still in flight.
     ~io_uring_backend() {
-        buffers_.detach();
+        if (creator_.is_current()) {
+            buffers_->detach();
+        } else {
+            // A child after fork: a thread of the parent may have held the table's mutex at the
+            // fork, so the child neither waits for it nor frees the table, which buffers the
+            // parent pinned may still name; freeing one there reaches it, and it does nothing.
+            (void)buffers_.release();
+        }
         ::io_uring_queue_exit(&ring_);
     }
 
@@ -137,7 +145,7 @@ class io_uring_backend {
             if (const int rc = replace_ring(); rc < 0) return rc;  // see the class comment
         }
         if (const int rc = serve_this_thread(); rc < 0) return rc;
-        buffers_.let_go();
+        buffers_->let_go();
         std::size_t queued = 0;
         for (; queued < count; ++queued) {
             io_uring_sqe* sqe = ::io_uring_get_sqe(&ring_);
@@ -208,15 +216,15 @@ class io_uring_backend {
     void register_buffers(std::vector<aligned_buffer>&& buffers) {
         refuse_in_child("register_buffers");
         take_to_this_thread("register_buffers");
-        buffers_.add(std::move(buffers));
+        buffers_->add(std::move(buffers));
     }
 
     /// Whether the ring pins memory nvmeio allocated on its own (see the class comment).
-    void set_pin_once(bool on) noexcept { buffers_.set_pin_once(on); }
+    void set_pin_once(bool on) noexcept { buffers_->set_pin_once(on); }
 
     /// Whether a request on [memory, memory + length) goes out registered now (pins nothing).
     [[nodiscard]] bool registers(const void* memory, std::size_t length) const noexcept {
-        return creator_.is_current() && buffers_.holds(memory, length);
+        return creator_.is_current() && buffers_->holds(memory, length);
     }
 
     /// How a transfer of `block_size` blocks on `f` is cut (detail::plan_requests; why: the
@@ -263,12 +271,12 @@ class io_uring_backend {
     [[nodiscard]] unsigned setup_flags() const noexcept { return flags_; }
 
     /// Number of registered buffers (0 when none are).
-    [[nodiscard]] std::size_t registered_buffer_count() const { return buffers_.owned_count(); }
+    [[nodiscard]] std::size_t registered_buffer_count() const { return buffers_->owned_count(); }
 
     /// Where registered buffer `index` is (in registration order). Throws std::invalid_argument
     /// for an index past the registered ones.
     [[nodiscard]] registered_buffer registered_buffer_at(std::size_t index) const {
-        return buffers_.owned_at(index);
+        return buffers_->owned_at(index);
     }
 
     /// Unregisters the buffers and gives them back, in registration order (empty when none were
@@ -276,10 +284,10 @@ class io_uring_backend {
     /// be moving bytes into them.
     std::vector<aligned_buffer> unregister_buffers() {
         refuse_in_child("unregister_buffers");
-        if (buffers_.owned_count() == 0) return {};
+        if (buffers_->owned_count() == 0) return {};
         take_to_this_thread("unregister_buffers");
         refuse_while_in_flight("io_uring_unregister_buffers");
-        return buffers_.unregister_all();
+        return buffers_->unregister_all();
     }
 
     /// Registers the descriptors of `files` and keeps the files (open) until unregister_files();
@@ -313,7 +321,7 @@ class io_uring_backend {
     /// How requests used the registrations so far, and what the ring pinned on its own.
     [[nodiscard]] registration_use registered_use() const {
         registration_use use = use_;
-        buffers_.count(use);
+        buffers_->count(use);
         return use;
     }
 
@@ -322,7 +330,7 @@ class io_uring_backend {
         // An SQE holds a 32-bit length; a shorter transfer is a short result the caller
         // already continues from.
         const auto length = static_cast<unsigned>(r.length < max_length ? r.length : max_length);
-        const int buffer_index = buffers_.pin_or_find(r.buffer, length);
+        const int buffer_index = buffers_->pin_or_find(r.buffer, length, r.pins);
         if (buffer_index >= 0) {
             if (r.op == operation::read) {
                 ::io_uring_prep_read_fixed(sqe, r.fd, r.buffer, length, r.offset, buffer_index);
@@ -361,17 +369,17 @@ class io_uring_backend {
     int serve_this_thread() noexcept {
         if ((flags_ & IORING_SETUP_SINGLE_ISSUER) == 0) return 0;
         const pid_t me = detail::this_thread_id();
-        const pid_t issuer = buffers_.issuer();
+        const pid_t issuer = buffers_->issuer();
         if (issuer == me) return 0;
-        if (issuer == 0) return buffers_.bind(me, [this] { return detail::enable_ring(ring_); });
+        if (issuer == 0) return buffers_->bind(me, [this] { return detail::enable_ring(ring_); });
         if (in_flight_ != 0) return -EEXIST;
         return replace_ring();
     }
 
     // The same for a registration call, which throws.
     void take_to_this_thread(const char* operation) {
-        if ((flags_ & IORING_SETUP_SINGLE_ISSUER) == 0 || buffers_.issuer() == 0 ||
-            buffers_.issuer() == detail::this_thread_id())
+        if ((flags_ & IORING_SETUP_SINGLE_ISSUER) == 0 || buffers_->issuer() == 0 ||
+            buffers_->issuer() == detail::this_thread_id())
             return;  // a disabled ring takes registrations from any thread
         refuse_while_in_flight(operation);
         if (const int rc = serve_this_thread(); rc < 0) {
@@ -394,7 +402,7 @@ class io_uring_backend {
             ::io_uring_queue_exit(&fresh);
             return rc;
         }
-        buffers_.replace_ring([&] {
+        buffers_->replace_ring([&] {
             std::swap(ring_, fresh);
             ::io_uring_queue_exit(&fresh);  // the old ring
         });
@@ -447,7 +455,9 @@ class io_uring_backend {
     std::size_t in_flight_ = 0;  // accepted by submit, not reaped yet
     // Members die after the destructor body has torn the ring down, so the kernel lets go of
     // these before they are freed or closed.
-    detail::ring_buffers buffers_{ring_, creator_};
+    // On the heap, so that a child after fork can leave it behind (see the destructor).
+    std::unique_ptr<detail::ring_buffers> buffers_ =
+        std::make_unique<detail::ring_buffers>(ring_, creator_);
     detail::ring_files files_;
     registration_use use_;
     detail::pagemap pages_;  // which memory huge pages back

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "nvmeio/aligned_allocator.hpp"
-#include "nvmeio/detail/memory_registry.hpp"
+#include "nvmeio/detail/pin_record.hpp"
 #include "nvmeio/detail/process.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
@@ -50,14 +50,11 @@ struct registration_use {
 
 namespace detail {
 
-// Where a ring can be made, nvmeio's memory is recorded for pinning: from the moment the program
-// or shared object that includes this header is loaded (detail/memory_registry.hpp).
-inline const bool records_memory = (memory_registry::instance().start_recording(), true);
-
 // One ring's registered buffers, in a sparse table of `slots`. Pin once takes the 64 MiB `piece`
-// of nvmeio's memory a request falls in (one that straddles two goes plain). Thread-safe: the
-// ring's thread looks up and pins, any thread freeing an aligned_buffer unpins; table changes
-// from threads other than the ring's issuer wait for it (let_go).
+// of an aligned_buffer a request falls in (one that straddles two goes plain), found through the
+// request's pin record (detail/pin_record.hpp), which the ring shares while it holds the buffer.
+// Thread-safe: the ring's thread looks up and pins, any thread freeing an aligned_buffer unpins;
+// table changes from threads other than the ring's issuer wait for it (let_go).
 class ring_buffers final : public memory_pinner {
   public:
     static constexpr unsigned slots = 4096;
@@ -70,11 +67,21 @@ class ring_buffers final : public memory_pinner {
     ring_buffers& operator=(const ring_buffers&) = delete;
     ~ring_buffers() { detach(); }
 
-    // Before the ring is torn down: no freed buffer reaches it any more.
+    // Before the ring is torn down: no freed buffer reaches it any more, and it shares no
+    // record. One record at a time leaves `held_` under the ring's mutex, and then the ring's
+    // share of it is this function's alone (unpin no longer finds it there).
     void detach() noexcept {
-        if (detached_) return;
-        memory_registry::instance().forget(*this);
-        detached_ = true;
+        for (;;) {
+            pin_record* record = nullptr;
+            {
+                const std::lock_guard<std::mutex> lock(mutex_);
+                if (held_.empty()) return;
+                record = held_.back();
+                held_.pop_back();
+            }
+            record->forget(*this);
+            record->drop();
+        }
     }
 
     void set_pin_once(bool on) noexcept {
@@ -82,33 +89,27 @@ class ring_buffers final : public memory_pinner {
         pin_once_ = on;
     }
 
-    // The slot of the registered buffer holding [buffer, buffer + length), or -1; nvmeio's
-    // memory that moves again (note_move) is pinned here, with the registry's mutex held.
-    int pin_or_find(const void* buffer, std::size_t length) noexcept {
+    // The slot of the registered buffer holding [buffer, buffer + length), or -1; an
+    // aligned_buffer that moves again (note_move) is pinned here, through its record `pins`.
+    int pin_or_find(const void* buffer, std::size_t length, pin_record* pins) noexcept {
         const auto begin = reinterpret_cast<std::uintptr_t>(buffer);
         {
             const std::lock_guard<std::mutex> lock(mutex_);
             const int found = lookup(begin, length);
-            if (found >= 0 || !pin_once_ || refused_ != 0) return found;
-            if (gap_generation_ == memory_registry::instance().generation() &&
-                begin >= gap_.begin && begin < gap_.end && length <= gap_.end - begin)
-                return -1;  // no nvmeio memory there, as last seen
+            if (found >= 0 || pins == nullptr || !pin_once_ || refused_ != 0) return found;
         }
+        if (begin < pins->begin() || begin >= pins->end() || length > pins->end() - begin)
+            return -1;  // not in the record's buffer: a view made by hand, wrongly
         try {
-            const std::uint64_t generation = memory_registry::instance().generation();
-            const memory_range seen = memory_registry::instance().pin(
-                *this, buffer, length, [&](const memory_range& r, std::vector<piece_use>& uses) {
-                    return pin(r, uses, begin, length);
-                });
-            const std::lock_guard<std::mutex> lock(mutex_);
-            if (seen.id == 0) {
-                gap_ = seen;
-                gap_generation_ = generation;
-            }
-            return lookup(begin, length);
-        } catch (...) {  // out of memory for the registry's bookkeeping: go plain
+            if (!pins->pin(*this, [&](std::vector<piece_use>& uses) {
+                    return pin(*pins, uses, begin, length);
+                }))
+                return -1;
+        } catch (...) {  // out of memory for the bookkeeping: go plain
             return -1;
         }
+        const std::lock_guard<std::mutex> lock(mutex_);
+        return lookup(begin, length);
     }
 
     // Whether a registered buffer holds [buffer, buffer + length) now (pins nothing).
@@ -117,14 +118,14 @@ class ring_buffers final : public memory_pinner {
         return lookup(reinterpret_cast<std::uintptr_t>(buffer), length) >= 0;
     }
 
-    // Called by the registry (its mutex held) before buffer `id`'s memory is freed.
-    void unpin(std::uint64_t id) noexcept override {
+    // Called with `record` locked, before its buffer's memory is freed.
+    void unpin(pin_record& record) noexcept override {
         if (!creator_.is_current()) return;  // the parent's ring: not ours to change
         const std::lock_guard<std::mutex> lock(mutex_);
         const pid_t issuer = issuer_.load(std::memory_order_relaxed);
         const bool here = issuer == 0 || issuer == this_thread_id();
         for (auto r = regions_.begin(); r != regions_.end();) {
-            if (r->id != id) {
+            if (r->pins != &record) {
                 ++r;
                 continue;
             }
@@ -137,6 +138,12 @@ class ring_buffers final : public memory_pinner {
             }
             ++unpinned_;
             r = regions_.erase(r);
+        }
+        // The ring's share: the buffer still holds its own while it frees, so this is not the
+        // last, and the record no longer names the ring (the caller clears its pinners).
+        if (const auto h = std::find(held_.begin(), held_.end(), &record); h != held_.end()) {
+            held_.erase(h);
+            record.drop();
         }
     }
 
@@ -177,7 +184,7 @@ class ring_buffers final : public memory_pinner {
         free_.clear();
         std::vector<region> owned;
         for (const region& r : regions_) {
-            if (r.id == 0) owned.push_back(r);
+            if (r.pins == nullptr) owned.push_back(r);
         }
         regions_.clear();
         if (owned.empty()) return;
@@ -221,7 +228,7 @@ class ring_buffers final : public memory_pinner {
                     (void)empty_slot(r.slot);
                 throw refused(rc, buffers.size());
             }
-            added.push_back({at, at + b.capacity(), free_.back(), 0});
+            added.push_back({at, at + b.capacity(), free_.back(), nullptr});
             free_.pop_back();
         }
         for (const region& r : added)
@@ -235,7 +242,7 @@ class ring_buffers final : public memory_pinner {
     std::vector<aligned_buffer> unregister_all() {
         const std::lock_guard<std::mutex> lock(mutex_);
         for (auto r = regions_.begin(); r != regions_.end();) {
-            if (r->id != 0) {
+            if (r->pins != nullptr) {
                 ++r;
                 continue;
             }
@@ -272,26 +279,30 @@ class ring_buffers final : public memory_pinner {
         std::uintptr_t begin;
         std::uintptr_t end;
         unsigned slot;
-        std::uint64_t id;  // the registry's id of pinned memory; 0 for a caller's buffer
+        pin_record* pins;  // the pinned buffer's record; null for a caller's buffer
     };
 
-    // Called by the memory registry with its own mutex held; takes mutex_. Pins the piece of
-    // buffer `r` that holds [begin, begin + length).
-    bool pin(const memory_range& r, std::vector<piece_use>& uses, std::uintptr_t begin,
+    // Called with `record` locked; takes mutex_. Pins the piece of the record's buffer that holds
+    // [begin, begin + length) when it moves again, and shares the record while it holds it.
+    bool pin(pin_record& record, std::vector<piece_use>& uses, std::uintptr_t begin,
              std::size_t length) {
         const std::lock_guard<std::mutex> lock(mutex_);
         if (!pin_once_ || refused_ != 0) return false;
-        const std::uintptr_t from = r.begin + (begin - r.begin) / piece * piece;
-        const std::uintptr_t to = std::min<std::uintptr_t>(r.end, from + piece);
+        const std::uintptr_t from = record.begin() + (begin - record.begin()) / piece * piece;
+        const std::uintptr_t to = std::min<std::uintptr_t>(record.end(), from + piece);
         if (length > to - begin) return false;  // straddles two pieces
         for (const region& held : regions_) {
-            if (held.id == r.id && held.begin == from) return true;
+            if (held.pins == &record && held.begin == from) return true;
         }
         if (!note_move(uses, from, begin, length)) return false;
         if (const int rc = make_table(); rc != 0) return refuse(rc);
         if (free_.empty()) return false;
+        if (std::find(held_.begin(), held_.end(), &record) == held_.end()) {
+            held_.push_back(&record);  // may throw: nothing is pinned yet
+            record.retain();
+        }
         if (const int rc = set_slot(free_.back(), from, to - from); rc != 0) return refuse(rc);
-        insert({from, to, free_.back(), r.id});
+        insert({from, to, free_.back(), &record});
         free_.pop_back();
         ++pinned_;
         return true;
@@ -370,7 +381,6 @@ class ring_buffers final : public memory_pinner {
     io_uring& ring_;
     const creator_process creator_;
     mutable std::mutex mutex_;
-    bool detached_ = false;
     bool pin_once_ = true;
     bool table_made_ = false;
     int refused_ = 0;
@@ -380,8 +390,7 @@ class ring_buffers final : public memory_pinner {
     std::vector<region> regions_;        // sorted by address
     std::vector<unsigned> free_;         // empty slots
     std::vector<aligned_buffer> owned_;  // the caller's, while registered
-    memory_range gap_;                   // where the registry last said no nvmeio memory lies
-    std::uint64_t gap_generation_ = ~std::uint64_t{0};
+    std::vector<pin_record*> held_;      // records of buffers it pinned: one share of each
     std::uint64_t pinned_ = 0;
     std::uint64_t unpinned_ = 0;
 };

@@ -28,6 +28,10 @@
 
 NVMEIO_BEGIN_NAMESPACE
 
+namespace detail {
+class pin_record;
+}
+
 /// One asynchronous request: `length` bytes between `buffer` and `offset` of descriptor `fd`.
 struct io_request {
     int fd = -1;                     ///< Open descriptor.
@@ -38,6 +42,9 @@ struct io_request {
     std::uint64_t user_data = 0;     ///< Returned untouched in the completion.
     /// `RWF_*` flags for the kernel (`RWF_DONTCACHE` on a `direct_io::uncached` file), 0 for none.
     int rw_flags = 0;
+    /// The pin record of the aligned_buffer that `buffer` lies in, or null: what lets an io_uring
+    /// ring pin that buffer once (detail/pin_record.hpp); other backends ignore it.
+    detail::pin_record* pins = nullptr;
 };
 
 /// How a backend cuts a transfer's requests: its longest request (the block size when it does

@@ -176,7 +176,7 @@ std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
         const segment& s = w.segments[i];
         if (s.span <= s.length) continue;
         const auto start = static_cast<std::size_t>(align_down(s.length, unit));
-        units.push_back({s.memory + start, s.offset + start, unit, 0, 0, {}});
+        units.push_back({s.memory + start, s.offset + start, unit, 0, 0, {}, s.pins});
         owners.push_back(i);
     }
     engine_of<Context>::move(context, f, operation::read, units.data(), units.size(), config, perf);
@@ -287,19 +287,19 @@ class wave_planner {
             ++ios_;
             member_ = member_at_ = 0;
             if (!direct_[k_]) {
-                if (body != 0) add(w, g, 0, body, kind::staged, nullptr);
+                if (body != 0) add(w, g, 0, body, kind::staged, {});
             } else {  // runs of members adjacent in memory go as one segment each
                 std::size_t at = 0;
                 for (std::size_t m = 0; m < g.members.size() && at < body;) {
-                    std::byte* memory = requests_[g.members[m]].memory.bytes();
+                    const mutable_memory& first = requests_[g.members[m]].memory;
                     std::size_t end = at + requests_[g.members[m]].memory.size();
                     for (++m; m < g.members.size() && g.contiguous_memory; ++m)
                         end += requests_[g.members[m]].memory.size();
-                    add(w, g, at, std::min(end, body), kind::caller, memory);
+                    add(w, g, at, std::min(end, body), kind::caller, first);
                     at = end;
                 }
             }
-            if (body != g.length) add(w, g, body, g.length, kind::bounced, nullptr);
+            if (body != g.length) add(w, g, body, g.length, kind::bounced, {});
         }
         return true;
     }
@@ -333,10 +333,11 @@ class wave_planner {
         return true;
     }
 
-    // A segment for bytes [from, to) of group g: from `memory`, staged (null), or
-    // padded in the arena; with the pieces of the members it carries.
+    // A segment for bytes [from, to) of group g: from the caller's memory at
+    // `memory` (with its pin record), staged, or padded in the arena; with the
+    // pieces of the members it carries.
     void add(batch_wave& w, const batch_group& g, std::size_t from, std::size_t to, kind how,
-             std::byte* memory) {
+             const mutable_memory& memory) {
         std::size_t span = 0;
         w.arena_at.push_back(w.arena_used);
         if (how == kind::bounced) {
@@ -344,7 +345,8 @@ class wave_planner {
             w.arena_used += rules_.slot_of(to - from);
         }
         if (how != kind::caller) bounced_bytes_ += to - from;
-        w.segments.push_back({memory, g.offset + from, to - from, span, 0, {}});
+        w.segments.push_back(
+            {memory.bytes(), g.offset + from, to - from, span, 0, {}, memory.pins()});
         // Segments of a group come in file order: the member scan goes on where it
         // stopped.
         for (; member_ < g.members.size() && member_at_ < to; ++member_) {
@@ -439,7 +441,9 @@ void run_groups(Context& context, const file& f, operation op,
             arena = aligned_buffer(w.arena_size, rules.arena_alignment);
         }
         for (std::size_t i = 0; i < w.segments.size(); ++i) {
-            if (w.segments[i].span != 0) w.segments[i].memory = arena.data() + w.arena_at[i];
+            if (w.segments[i].span == 0) continue;
+            w.segments[i].memory = arena.data() + w.arena_at[i];
+            w.segments[i].pins = arena.pins();
         }
         run_wave(context, f, op, requests, w, options, results, perf);
     }

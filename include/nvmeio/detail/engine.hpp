@@ -45,8 +45,9 @@ struct segment {
     /// fetches whole units, a write writes whole units whose bytes past `length` the owner has
     /// merged from the file (and trims the file afterwards, trim_write_padding).
     std::size_t span = 0;
-    std::size_t bytes = 0;  ///< Result: moved; fewer than `length` only for a read at the end.
-    io_failure failure;     ///< Result: why the segment failed.
+    std::size_t bytes = 0;       ///< Result: moved; fewer than `length` only for a read at the end.
+    io_failure failure;          ///< Result: why the segment failed.
+    pin_record* pins = nullptr;  ///< The pin record of the buffer `memory` lies in, or null.
 };
 
 /// How a run reaches the caller's bytes of its staged segments (`memory` null): each request of
@@ -558,9 +559,16 @@ class engine {
     io_request request_for(unsigned id) const {
         const slot& s = slots_[id];
         const segment& g = job_->segments[s.segment];
-        std::byte* memory = s.staging != nullptr ? s.staging : g.memory + s.position;
-        return {job_->target.native_handle(),   job_->op, memory + s.done,        s.length - s.done,
-                g.offset + s.position + s.done, id,       job_->target.rw_flags()};
+        const bool staged = s.staging != nullptr;
+        std::byte* memory = staged ? s.staging : g.memory + s.position;
+        return {job_->target.native_handle(),
+                job_->op,
+                memory + s.done,
+                s.length - s.done,
+                g.offset + s.position + s.done,
+                id,
+                job_->target.rw_flags(),
+                staged ? staging_.pins() : g.pins};
     }
 
     // Hands out requests while slots are free. Blocks that stay whole in a cut plan hold at most

@@ -25,6 +25,7 @@
 #include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/detail/size_lock.hpp"
+#include "nvmeio/detail/unit_edge.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file_modes.hpp"
 #include "nvmeio/memory.hpp"
@@ -315,10 +316,9 @@ class file {
     // files that do not grow).
     std::uint64_t reserve_and_size(std::uint64_t offset, std::size_t length,
                                    io_failure& failure) const;
-    // Writes the caller's `want` bytes at `skip` into the whole units [start, start + span),
-    // merged with the file's bytes in the partial units at either end, through `bounce`.
-    bool write_merged(std::byte* bounce, const std::byte* bytes, std::uint64_t start,
-                      std::size_t skip, std::size_t want, std::size_t span,
+    // Writes the caller's `bytes` into the whole units of `cover`, merged with the file's bytes
+    // in its partial units, through `bounce` (at least `cover.span` bytes).
+    bool write_merged(std::byte* bounce, const std::byte* bytes, const detail::unit_cover& cover,
                       io_failure& failure) const;
 
     int fd_ = -1;

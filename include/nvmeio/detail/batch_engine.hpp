@@ -20,6 +20,7 @@
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/detail/engine.hpp"
 #include "nvmeio/detail/front_end.hpp"
+#include "nvmeio/detail/unit_edge.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
 #include "nvmeio/transfer.hpp"
@@ -87,8 +88,11 @@ inline std::vector<batch_group> plan_batch(const file& f,
             // Both lengths are below 2^63 (check_batch), so the sum cannot wrap.
             if (adjacent && (must_join || g.length + r.memory.size() <= options.max_io_size)) {
                 const batch_request& last = requests[g.members.back()];
+                // One segment carries one pin record: memory of two buffers (or of a buffer and
+                // a bare pointer) that happen to meet stays two segments.
                 g.contiguous_memory = g.contiguous_memory &&
-                                      last.memory.bytes() + last.memory.size() == r.memory.data();
+                                      last.memory.bytes() + last.memory.size() == r.memory.data() &&
+                                      last.memory.pins() == r.memory.pins();
                 g.members.push_back(index);
                 g.length += r.memory.size();
                 continue;
@@ -161,10 +165,11 @@ struct batch_wave {
     std::size_t arena_used = 0;  // bytes of it the wave's segments take
 };
 
-// Before a wave of writes: bounced segments get the caller's bytes; those
-// ending inside an alignment unit first get the rest of that unit from the
-// file, read through the queue. Returns where the furthest padded write ends
-// and where the file must end if that is past its end.
+// Before a wave of writes: bounced segments get the caller's bytes; their
+// partial units (a group starts on a unit, so its last one only) first get the
+// file's bytes, read through the queue (detail/unit_edge.hpp: the same units
+// and zeros as file::write_at merges). Returns where the furthest padded write
+// ends and where the file must end if that is past its end.
 template <class Context>
 std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
     Context& context, const file& f, batch_wave& w, const transfer_config& config,
@@ -175,9 +180,11 @@ std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
     for (std::size_t i = 0; i < w.segments.size(); ++i) {
         const segment& s = w.segments[i];
         if (s.span <= s.length) continue;
-        const auto start = static_cast<std::size_t>(align_down(s.length, unit));
-        units.push_back({s.memory + start, s.offset + start, unit, 0, 0, {}, s.pins});
-        owners.push_back(i);
+        (void)unit_cover::of(s.offset, s.length, unit).for_each_partial_unit([&](std::size_t at) {
+            units.push_back({s.memory + at, s.offset + at, unit, 0, 0, {}, s.pins});
+            owners.push_back(i);
+            return true;
+        });
     }
     engine_of<Context>::move(context, f, operation::read, units.data(), units.size(), config, perf);
     std::pair<std::uint64_t, std::uint64_t> furthest{0, 0};
@@ -186,12 +193,11 @@ std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
             w.segments[owners[u]].failure = units[u].failure;
             w.segments[owners[u]].failure.operation = "read (merging an unaligned write)";
         }
-        // Past the file's end the unit is zeros, as the file reads there.
-        std::memset(units[u].memory + units[u].bytes, 0, unit - units[u].bytes);
+        zero_past_end(units[u].memory, units[u].bytes, unit);
         const segment& s = w.segments[owners[u]];
         if (s.offset + s.span > furthest.first) {
             furthest = {s.offset + s.span,
-                        std::max(s.offset + s.length, units[u].offset + units[u].bytes)};
+                        padded_write_keep(s.offset + s.length, units[u].offset + units[u].bytes)};
         }
     }
     for (std::size_t i = 0; i < w.segments.size(); ++i) {
@@ -341,7 +347,7 @@ class wave_planner {
         std::size_t span = 0;
         w.arena_at.push_back(w.arena_used);
         if (how == kind::bounced) {
-            span = static_cast<std::size_t>(align_up(to - from, rules_.padding_unit));
+            span = unit_cover::of(g.offset + from, to - from, rules_.padding_unit).span;
             w.arena_used += rules_.slot_of(to - from);
         }
         if (how != kind::caller) bounced_bytes_ += to - from;
@@ -408,9 +414,7 @@ void run_wave(Context& context, const file& f, operation op,
                 result.bytes = 0;
             }
             if (result.failure) continue;
-            const std::size_t got = done.bytes > piece.position
-                                        ? std::min(piece.length, done.bytes - piece.position)
-                                        : 0;
+            const std::size_t got = bytes_found(piece.position, piece.length, done.bytes);
             if (done.span != 0 && op == operation::read && got != 0) {
                 std::memcpy(requests[piece.request].memory.bytes() + piece.from,
                             done.memory + piece.position, got);

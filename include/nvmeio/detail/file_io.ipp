@@ -69,23 +69,22 @@ inline std::size_t file::read_at(mutable_memory memory, std::uint64_t offset,
                       is_aligned(length, unit))) {
         return read_plain(buffer, length, offset, failure);
     }
-    // Unaligned on an O_DIRECT handle: read whole aligned units into a bounce buffer and copy.
+    // Unaligned on an O_DIRECT handle: read the whole units that cover it into a bounce buffer
+    // and copy out what the file had (detail/unit_edge.hpp).
     aligned_buffer bounce(static_cast<std::size_t>(align_up(detail::sync_bounce_size, unit)),
                           std::max<std::size_t>(unit, 64));
     auto* out = static_cast<std::byte*>(buffer);
     std::size_t done = 0;
     while (done < length) {
         const std::uint64_t position = offset + done;
-        const std::uint64_t start = align_down(position, unit);
-        const std::size_t skip = static_cast<std::size_t>(position - start);
-        std::size_t want = std::min(length - done, bounce.capacity() - skip);
-        std::size_t span = static_cast<std::size_t>(align_up(skip + want, unit));
+        auto cover = detail::unit_cover::of(position, length - done, unit, bounce.capacity());
         // The kernel refuses a range ending past 2^63 - 1, so O_DIRECT cannot address the last
         // unit below it (a buffered read of those bytes is the end of the file).
         constexpr auto max_offset = static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
-        if (start <= max_offset && span > max_offset - start) {
-            const auto reachable = static_cast<std::size_t>(align_down(max_offset - start, unit));
-            if (reachable <= skip) {
+        if (cover.start <= max_offset && cover.span > max_offset - cover.start) {
+            const auto reachable =
+                static_cast<std::size_t>(align_down(max_offset - cover.start, unit));
+            if (reachable <= cover.skip) {
                 std::error_code ignored;
                 if (size(ignored) <= position && !ignored) break;  // the file ends before
                 failure = {detail::errno_code(EOVERFLOW),
@@ -94,20 +93,20 @@ inline std::size_t file::read_at(mutable_memory memory, std::uint64_t offset,
                            path(), position, length - done};
                 return done;
             }
-            span = reachable;
-            want = span - skip;
+            cover.span = reachable;
+            cover.length = reachable - cover.skip;
         }
-        const std::size_t got = read_plain(bounce.data(), span, start, failure);
+        const std::size_t got = read_plain(bounce.data(), cover.span, cover.start, failure);
         if (failure) {
             failure.offset = position;
             failure.length = length - done;
             return done;
         }
-        if (got <= skip) break;  // end of file before `position`
-        const std::size_t useful = std::min(want, got - skip);
-        std::memcpy(out + done, bounce.data() + skip, useful);
+        const std::size_t useful = detail::bytes_found(cover.skip, cover.length, got);
+        if (useful == 0) break;  // end of file before `position`
+        std::memcpy(out + done, bounce.data() + cover.skip, useful);
         done += useful;
-        if (useful < want) break;  // end of file inside this span
+        if (useful < cover.length) break;  // end of file inside this cover
     }
     return done;
 }
@@ -149,27 +148,22 @@ inline std::uint64_t file::reserve_and_size(std::uint64_t offset, std::size_t le
     return end;
 }
 
-inline bool file::write_merged(std::byte* bounce, const std::byte* bytes, std::uint64_t start,
-                               std::size_t skip, std::size_t want, std::size_t span,
-                               io_failure& failure) const {
-    const std::size_t unit = alignment_.strictest();
-    // Only the partial units at either end need the file's bytes; what the file does not have
-    // (past its end) is zero.
-    auto merge_unit = [&](std::size_t at) {
-        const std::size_t got = read_plain(bounce + at, unit, start + at, failure);
+inline bool file::write_merged(std::byte* bounce, const std::byte* bytes,
+                               const detail::unit_cover& cover, io_failure& failure) const {
+    // Only the partial units need the file's bytes; what the file does not have (past its end)
+    // is zero.
+    const bool merged = cover.for_each_partial_unit([&](std::size_t at) {
+        const std::size_t got = read_plain(bounce + at, cover.unit, cover.start + at, failure);
         if (failure) {
             failure.operation = "read (merging an unaligned write)";
             return false;
         }
-        std::memset(bounce + at + got, 0, unit - got);
+        detail::zero_past_end(bounce + at, got, cover.unit);
         return true;
-    };
-    if (skip != 0 && !merge_unit(0)) return false;
-    if ((skip + want) % unit != 0 && (span > unit || skip == 0) && !merge_unit(span - unit)) {
-        return false;
-    }
-    std::memcpy(bounce + skip, bytes, want);
-    return write_plain(bounce, span, start, failure);
+    });
+    if (!merged) return false;
+    std::memcpy(bounce + cover.skip, bytes, cover.length);
+    return write_plain(bounce, cover.span, cover.start, failure);
 }
 
 inline void file::write_at(const_memory memory, std::uint64_t offset, io_failure& failure) const {
@@ -190,7 +184,8 @@ inline void file::write_at(const_memory memory, std::uint64_t offset, io_failure
         write_plain(buffer, length, offset, failure);
         return;
     }
-    // Unaligned on an O_DIRECT handle: merge the caller's bytes into whole aligned units.
+    // Unaligned on an O_DIRECT handle: merge the caller's bytes into the whole units that cover
+    // them (detail/unit_edge.hpp).
     aligned_buffer bounce(static_cast<std::size_t>(align_up(detail::sync_bounce_size, unit)),
                           std::max<std::size_t>(unit, 64));
     const auto* in = static_cast<const std::byte*>(buffer);
@@ -198,16 +193,14 @@ inline void file::write_at(const_memory memory, std::uint64_t offset, io_failure
     std::size_t done = 0;
     while (done < length) {
         const std::uint64_t position = offset + done;
-        const std::uint64_t start = align_down(position, unit);
-        const std::size_t skip = static_cast<std::size_t>(position - start);
-        const std::size_t want = std::min(length - done, bounce.capacity() - skip);
-        const std::size_t span = static_cast<std::size_t>(align_up(skip + want, unit));
+        const auto cover = detail::unit_cover::of(position, length - done, unit, bounce.capacity());
+        const std::uint64_t padded_end = cover.start + cover.span;
         bool written;
         std::error_code ec;
-        if (start + span <= known_size || kind_ != file_kind::regular || !size_lock_ ||
-            (size(ec) >= start + span && !ec)) {
+        if (padded_end <= known_size || kind_ != file_kind::regular || !size_lock_ ||
+            (size(ec) >= padded_end && !ec)) {
             // Inside the file (reserve_range made it reach `end`): the size does not change.
-            written = write_merged(bounce.data(), in + done, start, skip, want, span, failure);
+            written = write_merged(bounce.data(), in + done, cover, failure);
         } else {
             // The last unit passes the end: write it whole, then trim the file back to the size
             // that stood before, which holds every other writer's end (they reserved under this
@@ -215,12 +208,12 @@ inline void file::write_at(const_memory memory, std::uint64_t offset, io_failure
             std::lock_guard<std::mutex> lock(*size_lock_);
             const std::uint64_t before = size(ec);
             if (ec) {
-                failure = {ec, "fstat (before an unaligned write)", path(), position, want};
+                failure = {ec, "fstat (before an unaligned write)", path(), position, cover.length};
                 return;
             }
-            written = write_merged(bounce.data(), in + done, start, skip, want, span, failure);
-            const std::uint64_t keep = std::max(before, end);
-            if (written && keep < start + span) {
+            written = write_merged(bounce.data(), in + done, cover, failure);
+            const std::uint64_t keep = detail::padded_write_keep(end, before);
+            if (written && keep < padded_end) {
                 truncate_unlocked(keep, ec);
                 if (ec) {
                     failure = {ec, "truncate (after an unaligned write)", path(), keep, 0};
@@ -233,7 +226,7 @@ inline void file::write_at(const_memory memory, std::uint64_t offset, io_failure
             failure.length = length - done;
             return;
         }
-        done += want;
+        done += cover.length;
     }
 }
 

@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <nvmeio/aio_context.hpp>
 #include <nvmeio/strategy.hpp>
@@ -19,15 +20,16 @@ using namespace nvmeio;
 #endif
 namespace {
 thread_local std::size_t allocations = 0;
+thread_local std::size_t fail_at = 0;  // the allocation that throws std::bad_alloc; 0 for none
 }  // namespace
 
 void* operator new(std::size_t size) {
-    ++allocations;
+    if (++allocations == fail_at) throw std::bad_alloc();
     if (void* p = std::malloc(size != 0 ? size : 1)) return p;
     throw std::bad_alloc();
 }
 void* operator new(std::size_t size, std::align_val_t alignment) {
-    ++allocations;
+    if (++allocations == fail_at) throw std::bad_alloc();
     const auto a = static_cast<std::size_t>(alignment);
     if (void* p = std::aligned_alloc(a, (size + a - 1) / a * a)) return p;
     throw std::bad_alloc();
@@ -74,3 +76,38 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_transfer_in_steady_state_allocates_nothing, Test
         }
     }
 }
+
+#if NVMEIO_HAS_IO_URING
+// Pin once's bookkeeping allocates on a buffer's second pass. Each of those allocations fails in
+// turn: the pass goes plain or throws std::bad_alloc, and in no case does the ring keep the
+// buffer registered once it is freed (a later buffer at that address would read into the freed
+// pages through the stale slot).
+BOOST_AUTO_TEST_CASE(a_failed_allocation_while_pinning_leaves_no_registration_behind) {
+    if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
+    nvmeio_test::temp_path path("pin_oom");
+    const std::size_t size = 1 << 20;
+    nvmeio_test::spew(path.str(), nvmeio_test::pattern(size, 5).data(), size);
+    file f(path.str(), open_mode::read);
+    bool reached_end = false;
+    std::uint64_t pinned = 0;
+    for (std::size_t n = 1; n < 64 && !reached_end; ++n) {
+        // A new ring each time, so that allocation n of the pass is the same one each time.
+        basic_aio_context<io_uring_backend> context({8, 256 << 10});
+        auto buffer = std::make_unique<aligned_buffer>(size);
+        BOOST_TEST_REQUIRE(read(context, f, *buffer, 0).bytes == size);  // the first pass
+        fail_at = allocations + n;
+        try {
+            (void)read(context, f, *buffer, 0);  // pins, unless allocation n fails
+        } catch (const std::bad_alloc&) {
+        }
+        reached_end = allocations < fail_at;  // the pass needed fewer than n allocations
+        fail_at = 0;
+        const std::byte* const old = buffer->data();
+        buffer.reset();
+        BOOST_TEST(!context.backend().registers(old, size), "allocation " << n);
+        pinned += context.backend().registered_use().pinned;
+    }
+    BOOST_TEST(reached_end);
+    BOOST_TEST(pinned > 0u);  // the last pass, with no allocation failing, pinned
+}
+#endif

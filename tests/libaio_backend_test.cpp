@@ -228,7 +228,8 @@ BOOST_AUTO_TEST_CASE(errors_come_back_as_negative_errno_in_the_completion) {
 }
 
 // Buffers moved through libaio (or nowhere) are never looked at by a ring that pins, so freeing
-// them takes no lock (detail/pin_record.hpp), and nothing recorded them when they were made.
+// them takes no lock (detail/pin_record.hpp); making them took none either (their record is a
+// plain allocation).
 BOOST_AUTO_TEST_CASE(buffers_moved_only_through_libaio_are_freed_without_a_lock) {
     nvmeio_test::temp_path path("libaio_no_pins");
     const std::size_t size = 16 * block;

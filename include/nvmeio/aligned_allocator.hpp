@@ -190,8 +190,8 @@ class aligned_buffer {
         if (data_ == nullptr) return;
         // No ring keeps it pinned past here, whichever copy of nvmeio made the ring.
         if (pins_ != nullptr) {
-            pins_->free_memory();
-            std::exchange(pins_, nullptr)->drop();
+            if (pins_->free_memory()) pins_->drop();  // else a child leaves its ancestor's record
+            pins_ = nullptr;
         }
         if (locked_) (void)::munlock(data_, capacity_);
         ::operator delete (data_, std::align_val_t{allocation_alignment_});

@@ -55,7 +55,8 @@ struct has_data_and_size<
 template <class R, class = void>
 struct has_pins : std::false_type {};
 template <class R>
-struct has_pins<R, std::void_t<decltype(std::declval<R&>().pins())>> : std::true_type {};
+struct has_pins<R, std::void_t<decltype(std::declval<R&>().pins())>>
+    : std::is_same<decltype(std::declval<R&>().pins()), pin_record*> {};
 template <class R>
 pin_record* pins_of(R& range) noexcept {
     if constexpr (has_pins<R>::value) {

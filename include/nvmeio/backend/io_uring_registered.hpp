@@ -213,6 +213,7 @@ class ring_buffers final : public memory_pinner {
         }
         const std::lock_guard<std::mutex> lock(mutex_);
         if (!owned_.empty()) throw_invalid("register_buffers: buffers are already registered");
+        reserve_bookkeeping();
         if (const int rc = make_table(); rc != 0) throw refused(rc, buffers.size());
         if (buffers.size() > free_.size()) {
             throw_invalid("register_buffers: " + std::to_string(buffers.size()) +
@@ -295,13 +296,17 @@ class ring_buffers final : public memory_pinner {
             if (held.pins == &record && held.begin == from) return true;
         }
         if (!note_move(uses, from, begin, length)) return false;
+        reserve_bookkeeping();
         if (const int rc = make_table(); rc != 0) return refuse(rc);
         if (free_.empty()) return false;
-        if (std::find(held_.begin(), held_.end(), &record) == held_.end()) {
-            held_.push_back(&record);  // may throw: nothing is pinned yet
+        const bool shared = std::find(held_.begin(), held_.end(), &record) != held_.end();
+        held_.reserve(held_.size() + 1);  // may throw: nothing is registered yet
+        regions_.reserve(regions_.size() + 1);
+        if (const int rc = set_slot(free_.back(), from, to - from); rc != 0) return refuse(rc);
+        if (!shared) {  // from here on nothing allocates: the record names this ring at once
+            held_.push_back(&record);
             record.retain();
         }
-        if (const int rc = set_slot(free_.back(), from, to - from); rc != 0) return refuse(rc);
         insert({from, to, free_.back(), &record});
         free_.pop_back();
         ++pinned_;
@@ -329,6 +334,14 @@ class ring_buffers final : public memory_pinner {
         if (error == ENOMEM)
             what += " (pinning them would pass RLIMIT_MEMLOCK; raise it or register less)";
         return io_error({errno_code(error), what, "", 0, 0});
+    }
+
+    // Room for every slot in the lists of free slots and of slots to empty later, before the
+    // table is made: make_table and unpin, which may not throw, then never allocate. Throws
+    // std::bad_alloc.
+    void reserve_bookkeeping() {
+        free_.reserve(slots);
+        later_.reserve(slots);
     }
 
     // A sparse table of `slots` empty slots, made on first need; 0 or the kernel's errno.

@@ -7,19 +7,21 @@
 /// Owner and lifetime: each aligned_buffer makes its own record, and a ring that pins the buffer
 /// shares it; the record goes with the last of them. A view made from the buffer carries the
 /// record to the ring (memory.hpp, io_request::pins). Memory described by a bare pointer has
-/// none, and is never pinned behind its owner's back. Nothing here runs at load time, and a
-/// buffer no ring has looked at is freed without taking a lock.
+/// none, and is never pinned behind its owner's back. Nothing here runs at load time; a record
+/// costs its buffer one small allocation, and a buffer no ring has looked at is freed without
+/// taking a lock.
 ///
 /// Across shared objects, each with its own copy of nvmeio: the record travels with the view,
 /// and whichever copy frees the buffer reaches the rings through memory_pinner's virtual unpin.
 ///
 /// Locks: a record's lock is taken before a ring's own, never after. After fork, a child finds
-/// a record locked by one of its parent's threads (the lock word holds the locking process's id)
-/// in an unknown state: it leaves that record alone, and a ring the parent made does nothing in
-/// the child.
+/// a record locked by one of its parent's threads (the lock word names the locking process) in
+/// an unknown state: it leaves that record alone, neither reading nor freeing it, and a ring the
+/// parent made does nothing in the child.
 
 #include <sched.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -73,27 +75,36 @@ inline bool note_move(std::vector<piece_use>& uses, std::uintptr_t from, std::ui
     return again;
 }
 
-// A lock whose word holds the id of the process that holds it. Threads of one process wait for
-// each other; a thread that finds it held by another process (its parent, before a fork) is told
-// so instead of waiting for a thread that is not there.
+// A lock whose word holds the process that holds it (this_process_token). Threads of one process
+// wait for each other: a short spin, then sleeps that grow to a millisecond, since a holder may
+// be registering memory with the kernel for milliseconds. A thread that finds it held by another
+// process (its parent or an earlier ancestor, before a fork) is told so instead of waiting for a
+// thread that is not there.
 class process_lock {
   public:
     // Takes the lock (true), or finds it held by another process (false: not taken).
     [[nodiscard]] bool lock() noexcept {
-        const pid_t me = this_process_id();
+        const std::uint64_t me = this_process_token();
         for (unsigned tries = 0;; ++tries) {
-            pid_t holder = 0;
+            std::uint64_t holder = 0;
             if (word_.compare_exchange_weak(holder, me, std::memory_order_acquire,
                                             std::memory_order_relaxed))
                 return true;
             if (holder != 0 && holder != me) return false;
-            if (tries >= 64) (void)::sched_yield();
+            if (tries < 16) continue;
+            if (tries < 32) {
+                (void)::sched_yield();
+                continue;
+            }
+            const long micro = 10L << std::min(tries - 32, 7U);  // 10 us, growing to 1 ms
+            const timespec pause{0, std::min(micro, 1000L) * 1000};
+            (void)::nanosleep(&pause, nullptr);
         }
     }
     void unlock() noexcept { word_.store(0, std::memory_order_release); }
 
   private:
-    std::atomic<pid_t> word_{0};
+    std::atomic<std::uint64_t> word_{0};
 };
 
 class pin_record {
@@ -116,15 +127,19 @@ class pin_record {
     }
 
     // With the record locked, calls `pin(uses)` with the buffer's piece_use records and, when it
-    // returns true, records `pinner` as holding the buffer. False, without calling it, once the
-    // buffer is being freed (a caller's bug: it is in use) or in a child whose parent held the
-    // lock at the fork.
+    // returns true, records `pinner` as holding the buffer. False, without calling it, in a
+    // child whose ancestor held the lock at the fork, or once free_memory has begun (a request
+    // on a buffer being freed is the caller's bug, and this does not make it safe: the record
+    // may be gone).
+    // `pin` must not throw once it has registered anything: the pinner is then named without an
+    // allocation, so that freeing the buffer reaches it.
     template <class Pin>
     bool pin(memory_pinner& pinner, Pin&& pin) {
         if (!lock_.lock()) return false;
         const unlock_at_end unlock{lock_};
         looked_at_.store(true, std::memory_order_seq_cst);
         if (freeing_.load(std::memory_order_seq_cst)) return false;
+        pinners_.reserve(pinners_.size() + 1);
         if (!pin(uses_)) return false;
         if (std::find(pinners_.begin(), pinners_.end(), &pinner) == pinners_.end())
             pinners_.push_back(&pinner);
@@ -141,14 +156,17 @@ class pin_record {
     // Before the buffer's memory is freed: every pinner holding it lets go. A buffer no ring has
     // looked at takes no lock (`pin` sets looked_at_ before it reads freeing_, and this sets
     // freeing_ before it reads looked_at_, so one of the two sees the other).
-    void free_memory() noexcept {
+    // Returns false in a child whose ancestor held the lock at the fork: the record may be
+    // half-changed there, so the caller leaves it (a small leak) instead of dropping it.
+    [[nodiscard]] bool free_memory() noexcept {
         freeing_.store(true, std::memory_order_seq_cst);
-        if (!looked_at_.load(std::memory_order_seq_cst)) return;
-        if (!lock_.lock()) return;  // in a child: the pinners are its parent's rings
+        if (!looked_at_.load(std::memory_order_seq_cst)) return true;
+        if (!lock_.lock()) return false;  // the pinners are an ancestor's rings, which do nothing
         for (memory_pinner* pinner : pinners_)
             pinner->unpin(*this);
         pinners_.clear();
         lock_.unlock();
+        return true;
     }
 
     // Whether a ring has looked at the buffer to pin it.

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -25,19 +26,39 @@ inline std::atomic<pid_t>& cached_process_id() noexcept {
     return pid;
 }
 
-inline void refresh_process_id() noexcept {
-    cached_process_id().store(::getpid(), std::memory_order_relaxed);
+// Which fork of this memory image the process is: 1 in the first process to ask, one more in
+// each child than in its parent.
+inline std::atomic<std::uint32_t>& cached_generation() noexcept {
+    static std::atomic<std::uint32_t> generation{0};
+    return generation;
 }
 
-/// This process's id: one load once the handler is registered (on the first call).
-[[nodiscard]] inline pid_t this_process_id() noexcept {
+inline void refresh_process_id() noexcept {
+    cached_process_id().store(::getpid(), std::memory_order_relaxed);
+    cached_generation().fetch_add(1, std::memory_order_relaxed);
+}
+
+inline void register_process_id() noexcept {
     static const bool registered = [] {
         refresh_process_id();
         ::pthread_atfork(nullptr, nullptr, &refresh_process_id);
         return true;
     }();
     (void)registered;
+}
+
+/// This process's id: one load once the handler is registered (on the first call).
+[[nodiscard]] inline pid_t this_process_id() noexcept {
+    register_process_id();
     return cached_process_id().load(std::memory_order_relaxed);
+}
+
+/// This process among those that share its memory image by fork: its id and its generation,
+/// so that a descendant given a pid its ancestor had (once that one has exited) still differs.
+[[nodiscard]] inline std::uint64_t this_process_token() noexcept {
+    register_process_id();
+    return std::uint64_t{cached_generation().load(std::memory_order_relaxed)} << 32 |
+           static_cast<std::uint32_t>(cached_process_id().load(std::memory_order_relaxed));
 }
 
 /// The calling thread's kernel id (gettid), for objects that serve one thread: cached per thread,

@@ -100,16 +100,16 @@ class ring_buffers final : public memory_pinner {
         }
         if (begin < pins->begin() || begin >= pins->end() || length > pins->end() - begin)
             return -1;  // not in the record's buffer: a view made by hand, wrongly
+        int slot = -1;
         try {
             if (!pins->pin(*this, [&](std::vector<piece_use>& uses) {
-                    return pin(*pins, uses, begin, length);
+                    return pin(*pins, uses, begin, length, slot);
                 }))
                 return -1;
         } catch (...) {  // out of memory for the bookkeeping: go plain
             return -1;
         }
-        const std::lock_guard<std::mutex> lock(mutex_);
-        return lookup(begin, length);
+        return slot;
     }
 
     // Whether a registered buffer holds [buffer, buffer + length) now (pins nothing).
@@ -284,17 +284,16 @@ class ring_buffers final : public memory_pinner {
     };
 
     // Called with `record` locked; takes mutex_. Pins the piece of the record's buffer that holds
-    // [begin, begin + length) when it moves again, and shares the record while it holds it.
+    // [begin, begin + length) when it moves again (into `slot`), and shares the record while it
+    // holds it. The piece is not pinned yet: pin_or_find's lookup found no slot holding it, and
+    // only this thread pins.
     bool pin(pin_record& record, std::vector<piece_use>& uses, std::uintptr_t begin,
-             std::size_t length) {
+             std::size_t length, int& slot) {
         const std::lock_guard<std::mutex> lock(mutex_);
         if (!pin_once_ || refused_ != 0) return false;
         const std::uintptr_t from = record.begin() + (begin - record.begin()) / piece * piece;
         const std::uintptr_t to = std::min<std::uintptr_t>(record.end(), from + piece);
         if (length > to - begin) return false;  // straddles two pieces
-        for (const region& held : regions_) {
-            if (held.pins == &record && held.begin == from) return true;
-        }
         if (!note_move(uses, from, begin, length)) return false;
         reserve_bookkeeping();
         if (const int rc = make_table(); rc != 0) return refuse(rc);
@@ -308,6 +307,7 @@ class ring_buffers final : public memory_pinner {
             record.retain();
         }
         insert({from, to, free_.back(), &record});
+        slot = static_cast<int>(free_.back());
         free_.pop_back();
         ++pinned_;
         return true;

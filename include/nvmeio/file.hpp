@@ -221,6 +221,14 @@ class file {
             }
         }
     }
+    // The one rule that cuts a padded write's last unit off again, under the size mutex: a
+    // file that still ends at `padded_end` (nobody has grown it since) ends at `keep` again
+    // (the writer's end, or where the file ended inside that unit before, if larger).
+    void trim_padding_unlocked(std::uint64_t padded_end, std::uint64_t keep,
+                               std::error_code& ec) const noexcept {
+        ec.clear();
+        if (keep < padded_end && size(ec) == padded_end && !ec) truncate_unlocked(keep, ec);
+    }
 
   public:
     /// Flushes the file's data to the device (`fdatasync`).
@@ -335,15 +343,14 @@ class file {
 namespace detail {
 
 /// For engines that write a last alignment unit whole and asynchronously: after
-/// `reserve_range(offset, padded_end - offset)` and the write, cuts the padding off again. Under
-/// the file's size mutex, when the file still ends exactly at `padded_end`, its size becomes
-/// `keep` (the writer's end, or where the file ended inside that unit before, if larger); a file
-/// another writer has grown further is left alone. Regular files only; a no-op for others.
+/// `reserve_range(offset, padded_end - offset)` and the write, cuts the padding off again by
+/// file::write_at's rule (trim_padding_unlocked): a file another writer has grown further is
+/// left alone. Regular files only; a no-op for others.
 inline io_failure trim_write_padding(const file& f, std::uint64_t padded_end, std::uint64_t keep) {
     if (f.kind_ != file_kind::regular || !f.size_lock_ || keep >= padded_end) return {};
     std::lock_guard<std::mutex> lock(*f.size_lock_);
     std::error_code ec;
-    if (f.size(ec) == padded_end && !ec) f.truncate_unlocked(keep, ec);
+    f.trim_padding_unlocked(padded_end, keep, ec);
     if (ec) return {ec, "truncate (after a padded write)", f.path(), keep, 0};
     return {};
 }

@@ -213,8 +213,8 @@ inline void file::write_at(const_memory memory, std::uint64_t offset, io_failure
             }
             written = write_merged(bounce.data(), in + done, cover, failure);
             const std::uint64_t keep = detail::padded_write_keep(end, before);
-            if (written && keep < padded_end) {
-                truncate_unlocked(keep, ec);
+            if (written) {
+                trim_padding_unlocked(padded_end, keep, ec);
                 if (ec) {
                     failure = {ec, "truncate (after an unaligned write)", path(), keep, 0};
                     return;

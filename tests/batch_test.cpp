@@ -381,9 +381,11 @@ class recording_backend {
 BOOST_AUTO_TEST_CASE(writes_reserve_only_the_runs_that_end_past_the_file) {
     using detail::segment;
     const std::vector<segment> segments = {
-        {nullptr, 0, 4096, 0, 0, {}},     {nullptr, 4096, 4096, 0, 0, {}},   // one run to 8 KiB
-        {nullptr, 16384, 4096, 0, 0, {}},                                    // to 20 KiB
-        {nullptr, 24576, 100, 0, 0, {}},  {nullptr, 24676, 5000, 0, 0, {}},  // to 29,676
+        {nullptr, 0, 4096, nullptr, 0, {}},
+        {nullptr, 4096, 4096, nullptr, 0, {}},   // one run to 8 KiB
+        {nullptr, 16384, 4096, nullptr, 0, {}},  // to 20 KiB
+        {nullptr, 24576, 100, nullptr, 0, {}},
+        {nullptr, 24676, 5000, nullptr, 0, {}},  // to 29,676
     };
     const auto runs_past = [&](std::uint64_t size) {
         std::vector<std::pair<std::size_t, std::size_t>> runs;
@@ -463,7 +465,7 @@ BOOST_AUTO_TEST_CASE(scattered_unaligned_blocks_go_through_a_few_reused_staging_
 // bounced requests in flight never hold more than that (8 x 64 KiB would), never over memory a
 // request in flight still uses; every byte arrives, ragged or not, and a run longer than the
 // bounce memory goes through it in turn.
-BOOST_AUTO_TEST_CASE(bounced_bytes_beyond_the_arena_move_in_waves) {
+BOOST_AUTO_TEST_CASE(bounced_bytes_beyond_bounce_size_go_through_reused_slots) {
     basic_aio_context<recording_backend> context({8, block});
     batch_options options;
     options.max_io_size = 128 * 1024;
@@ -473,19 +475,19 @@ BOOST_AUTO_TEST_CASE(bounced_bytes_beyond_the_arena_move_in_waves) {
             temp_path path("batch_waves");
             layout l = make_layout(120, ragged ? 7 : 8, ragged);
             // Ragged requests join into one run of about 2.5 MiB (no aligned offset to cut it
-            // at), which goes through the arena in chunks: the bound holds for it too.
-            const std::size_t arena_bound = options.bounce_size;
-            // What the backend saw of one batch: every byte bounced, through waves that kept
-            // the arena's bound and never overlapped.
+            // at), which goes through the staging slots in chunks: the bound holds for it too.
+            const std::size_t bound = options.bounce_size;
+            // What the backend saw of one batch: every byte bounced, within the bound, never
+            // over memory in flight.
             const auto check_waves = [&](const batch_outcome& outcome) {
                 BOOST_TEST(outcome.bounced_bytes == l.file_bytes.size());
-                if (ragged) {  // one I/O, longer than the arena
+                if (ragged) {  // one I/O, longer than the bounce memory
                     BOOST_TEST(outcome.ios == 1u);
                     BOOST_TEST(l.file_bytes.size() > 4 * options.bounce_size);
                 }
                 BOOST_TEST(recording_backend::bounced_bytes >= l.file_bytes.size());
                 BOOST_TEST(recording_backend::most_bounced_in_flight > 0u);
-                BOOST_TEST(recording_backend::most_bounced_in_flight <= arena_bound);
+                BOOST_TEST(recording_backend::most_bounced_in_flight <= bound);
                 BOOST_TEST(recording_backend::overlaps == 0u);
             };
             recording_backend::watch(l.requests);
@@ -510,13 +512,13 @@ BOOST_AUTO_TEST_CASE(bounced_bytes_beyond_the_arena_move_in_waves) {
     }
 }
 
-// A context keeps its arena for the next batch. One that a small batch left small must still
-// grow for a later, larger one, not cap each wave at what it holds: 256 bounced 4 KiB requests
+// A context keeps its staging slots for the next batch. Slots that a small batch left few must
+// still grow for a later, larger one, not cap it at what they hold: 256 bounced 4 KiB requests
 // after a one-request batch still fill the queue.
-BOOST_AUTO_TEST_CASE(arena_left_small_by_one_batch_grows_for_the_next) {
+BOOST_AUTO_TEST_CASE(staging_left_small_by_one_batch_grows_for_the_next) {
     basic_aio_context<recording_backend> context({32, block});
-    temp_path path("batch_small_arena");
-    // Ragged lengths: each request goes whole through the arena, padded to a unit.
+    temp_path path("batch_small_staging");
+    // Ragged lengths: each request goes whole through a staging slot, padded to a unit.
     constexpr std::size_t count = 256, size = 4000;
     std::vector<unsigned char> memory(count * (size + 1) + 1, 7);
     std::vector<batch_request> requests;
@@ -528,7 +530,7 @@ BOOST_AUTO_TEST_CASE(arena_left_small_by_one_batch_grows_for_the_next) {
     const batch_outcome outcome = write_batch(context, out, requests);
     BOOST_TEST(outcome.ios == count);
     BOOST_TEST(recording_backend::most_bounced_in_flight >= 16 * size);
-    // An arena of 16 units: the same requests in 16 waves, none over another in flight.
+    // Bounce memory of 16 units: the same requests within it, none over another in flight.
     batch_options waves;
     waves.bounce_size = 16 * 4096;
     recording_backend::watch(requests);

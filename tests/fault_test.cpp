@@ -53,7 +53,8 @@ constexpr std::chrono::seconds bound{60};         // far above any healthy trans
 enum class front {
     transfer,         // one transfer on one context
     batch_coalesced,  // a batch of requests adjacent in memory and file (zero-copy, ragged end)
-    batch_bounced,    // a batch of small and ragged requests in unaligned memory (bounce arena)
+    batch_bounced,    // a batch of small and ragged requests in unaligned memory (staged, padded
+                      // tails)
     parallel,         // a transfer split over a parallel context's threads
     async,            // a transfer run by an async context's worker
 };
@@ -238,7 +239,7 @@ transfer_result run(rig<Inner>& r, setup& s, const cell& c) {
         batch_options options;
         options.config = config;
         options.max_io_size = c.fe == front::batch_coalesced ? 4 * block : 2 * block;
-        options.bounce_size = 3 * block;  // several waves
+        options.bounce_size = 3 * block;  // a few staging slots
         const std::vector<batch_request> requests = requests_for(c.fe, s.memory);
         const batch_outcome outcome = c.op == operation::read
                                           ? read_batch(r.single, s.f, requests, options)

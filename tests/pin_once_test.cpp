@@ -301,7 +301,7 @@ BOOST_AUTO_TEST_CASE(an_async_context_moves_exact_bytes_through_buffers_freed_an
     }
 }
 
-BOOST_AUTO_TEST_CASE(a_batch_keeps_its_bounce_arena_pinned_for_the_next_batch) {
+BOOST_AUTO_TEST_CASE(a_batch_keeps_its_staging_slots_pinned_for_the_next_batch) {
     if (!nvmeio_test::backend_usable<io_uring_backend>()) return;
     nvmeio_test::temp_path path("pin_batch");
     const std::size_t size = 16 * block;
@@ -321,7 +321,7 @@ BOOST_AUTO_TEST_CASE(a_batch_keeps_its_bounce_arena_pinned_for_the_next_batch) {
         BOOST_TEST(nvmeio_test::holds_pattern(sink, size, 39));
     }
     const registration_use use = context.backend().registered_use();
-    BOOST_TEST(use.pinned == 1u);  // the arena, on the second batch, kept for the third
+    BOOST_TEST(use.pinned == 1u);  // the staging slots, on the second batch, kept for the third
     BOOST_TEST(use.unpinned == 0u);
     BOOST_TEST(use.fixed_buffer_requests >= 2 * 16u);
 }

@@ -4,7 +4,7 @@
 // Unaligned edges (detail/unit_edge.hpp), differentially: each case, a range whose ends fall on,
 // inside or past the file's last alignment unit, is written and read every way nvmeio has on an
 // O_DIRECT handle (file::write_at/read_at's bounce, a transfer whose tail is the engine's
-// remnant, a batch straight from aligned memory with its tail padded in the arena, a batch staged
+// remnant, a batch straight from aligned memory with its tail staged and padded, a batch staged
 // from unaligned memory and cut mid-unit), and each must leave the file with the bytes and the
 // size of a plain model, and read what the model holds.
 

@@ -2,9 +2,9 @@
 #include <boost/test/unit_test.hpp>
 
 // The batch's wave planner on its own (detail/batch_engine.hpp): which bytes of which groups go
-// straight, staged or padded through the arena, in which wave, and which part of which request
-// each segment carries. No file is opened and no byte moves: the planner only reads addresses
-// and sizes.
+// straight or staged, which staged segments are padded to whole units, in which wave, and which
+// part of which request each segment carries. No file is opened and no byte moves: the planner
+// only reads addresses and sizes.
 
 #include <cstddef>
 #include <nvmeio/batch.hpp>
@@ -21,12 +21,11 @@ namespace {
 constexpr std::size_t unit = 512;
 constexpr std::size_t block = 64 * 1024;
 
-// An O_DIRECT regular file's rules: 512-byte units, 4 KiB arena slots.
+// An O_DIRECT regular file's rules: 512-byte units, padded segments unbounded (a read's).
 wave_rules direct_rules() {
     wave_rules r;
     r.unit = unit;
     r.memory_unit = unit;
-    r.arena_alignment = 4096;
     r.padding_unit = unit;
     r.block_size = block;
     return r;
@@ -55,9 +54,8 @@ struct scattered {
 };
 
 // Every wave the planner makes.
-std::vector<batch_wave> plan(const scattered& s, const batch_options& options,
-                             std::size_t arena_capacity, const wave_rules& rules = direct_rules()) {
-    wave_planner planner(rules, s.requests, s.groups, s.which, options, arena_capacity);
+std::vector<batch_wave> plan(const scattered& s, const wave_rules& rules = direct_rules()) {
+    wave_planner planner(rules, s.requests, s.groups, s.which, {});
     std::vector<batch_wave> waves;
     for (batch_wave w; planner.next(w);)
         waves.push_back(w);
@@ -69,6 +67,7 @@ void check_tiling(const scattered& s, const std::vector<batch_wave>& waves) {
     std::vector<std::size_t> covered(s.requests.size(), 0);
     for (const batch_wave& w : waves) {
         BOOST_TEST_REQUIRE(w.first_piece.size() == w.segments.size() + 1);
+        BOOST_TEST_REQUIRE(w.wanted.size() == w.segments.size());
         for (std::size_t i = 0; i < w.segments.size(); ++i) {
             std::size_t at = 0;
             for (std::size_t p = w.first_piece[i]; p < w.first_piece[i + 1]; ++p) {
@@ -78,7 +77,7 @@ void check_tiling(const scattered& s, const std::vector<batch_wave>& waves) {
                 at += piece.length;
                 covered[piece.request] += piece.length;
             }
-            BOOST_TEST(at == w.segments[i].length);
+            BOOST_TEST(at == w.wanted[i]);
         }
     }
     for (std::size_t i = 0; i < s.requests.size(); ++i)
@@ -87,86 +86,88 @@ void check_tiling(const scattered& s, const std::vector<batch_wave>& waves) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(aligned_blocks_go_straight_in_one_wave_without_an_arena) {
+BOOST_AUTO_TEST_CASE(aligned_blocks_go_straight_in_one_wave_unpadded) {
     const scattered s(16, block, 0);
-    const std::vector<batch_wave> waves = plan(s, {}, 0);
+    const std::vector<batch_wave> waves = plan(s);
     BOOST_TEST_REQUIRE(waves.size() == 1u);
     BOOST_TEST(waves[0].segments.size() == 16u);
-    BOOST_TEST(waves[0].arena_size == 0u);
-    BOOST_TEST(waves[0].arena_used == 0u);
+    BOOST_TEST(waves[0].padded == 0u);
     for (std::size_t i = 0; i < 16; ++i) {
         BOOST_TEST(waves[0].segments[i].memory == s.requests[i].memory.bytes());
-        BOOST_TEST(waves[0].segments[i].span == 0u);
+        BOOST_TEST(!waves[0].is_padded(i));
     }
     check_tiling(s, waves);
 }
 
-// Torch's 64-byte-aligned blocks: each body is staged (no memory, copied by the engine), and no
-// arena is needed for whole units.
-BOOST_AUTO_TEST_CASE(misaligned_blocks_are_staged_whole_units_without_an_arena) {
+// Torch's 64-byte-aligned blocks: each is staged (no memory, copied by the engine), and whole
+// units need no padding.
+BOOST_AUTO_TEST_CASE(misaligned_blocks_are_staged_whole_units_unpadded) {
     const scattered s(8, block + 0, 64);
-    const std::vector<batch_wave> waves = plan(s, {}, 0);
+    const std::vector<batch_wave> waves = plan(s);
     BOOST_TEST_REQUIRE(waves.size() == 1u);
     BOOST_TEST(waves[0].segments.size() == 8u);
-    for (const detail::segment& g : waves[0].segments) {
-        BOOST_TEST(g.memory == nullptr);
-        BOOST_TEST(g.span == 0u);
+    for (std::size_t i = 0; i < 8; ++i) {
+        BOOST_TEST(waves[0].segments[i].memory == nullptr);
+        BOOST_TEST(waves[0].segments[i].length == block);
+        BOOST_TEST(!waves[0].is_padded(i));
     }
-    BOOST_TEST(waves[0].arena_size == 0u);
     check_tiling(s, waves);
 }
 
 // A ragged request: its whole units go straight from the caller's memory, its last partial unit
-// padded through an arena slot; a staged one no longer than a block goes through the arena
-// whole, one padded request rather than two.
-BOOST_AUTO_TEST_CASE(a_ragged_tail_is_padded_in_the_arena) {
+// as a staged segment padded to a whole unit; a staged one goes whole, padded, as one segment.
+BOOST_AUTO_TEST_CASE(a_ragged_tail_is_staged_padded_to_a_whole_unit) {
     const scattered aligned(1, 3 * block + 100, 0);
-    std::vector<batch_wave> waves = plan(aligned, {}, 0);
+    std::vector<batch_wave> waves = plan(aligned);
     BOOST_TEST_REQUIRE(waves.size() == 1u);
     BOOST_TEST_REQUIRE(waves[0].segments.size() == 2u);
     BOOST_TEST(waves[0].segments[0].length == 3 * block);
     BOOST_TEST(waves[0].segments[0].memory == aligned.requests[0].memory.bytes());
-    BOOST_TEST(waves[0].segments[1].length == 100u);
-    BOOST_TEST(waves[0].segments[1].span == unit);
-    BOOST_TEST(waves[0].arena_used == 4096u);
+    BOOST_TEST(!waves[0].is_padded(0));
+    BOOST_TEST(waves[0].segments[1].memory == nullptr);
+    BOOST_TEST(waves[0].segments[1].offset == 3 * block);
+    BOOST_TEST(waves[0].segments[1].length == unit);
+    BOOST_TEST(waves[0].wanted[1] == 100u);
+    BOOST_TEST(waves[0].padded == 1u);
     check_tiling(aligned, waves);
 
-    const scattered small(1, 1000, 64);
-    waves = plan(small, {}, 0);
+    const scattered small(1, 3 * block + 1000, 64);
+    waves = plan(small);
     BOOST_TEST_REQUIRE(waves[0].segments.size() == 1u);
-    BOOST_TEST(waves[0].segments[0].length == 1000u);
-    BOOST_TEST(waves[0].segments[0].span == 1024u);
+    BOOST_TEST(waves[0].segments[0].memory == nullptr);
+    BOOST_TEST(waves[0].segments[0].length == 3 * block + 1024u);
+    BOOST_TEST(waves[0].wanted[0] == 3 * block + 1000u);
+    check_tiling(small, waves);
 }
 
-// Arena bytes per wave stay within bounce_size: 10 ragged requests, 4 KiB slots, 12 KiB bounce:
-// waves of 3, 3, 3 and 1. The arena is sized once, for the first wave, to what is left to
-// bounce up to bounce_size; later waves reuse it.
-BOOST_AUTO_TEST_CASE(waves_keep_the_arena_within_bounce_size) {
+// A written wave holds at most `padded_per_wave` padded segments (each takes a unit of merged
+// file bytes): 10 ragged requests, 3 a wave: waves of 3, 3, 3 and 1; a read's batch is one wave.
+BOOST_AUTO_TEST_CASE(waves_hold_at_most_padded_per_wave_padded_segments) {
     const scattered s(10, 4096 + 100, 0);
-    batch_options options;
-    options.bounce_size = 3 * 4096;
-    const std::vector<batch_wave> waves = plan(s, options, 0);
+    wave_rules rules = direct_rules();
+    rules.padded_per_wave = 3;
+    const std::vector<batch_wave> waves = plan(s, rules);
     BOOST_TEST_REQUIRE(waves.size() == 4u);
     const std::size_t groups_in[] = {3, 3, 3, 1};
     for (std::size_t k = 0; k < 4; ++k) {
         BOOST_TEST(waves[k].segments.size() == 2 * groups_in[k]);  // body and tail each
-        BOOST_TEST(waves[k].arena_used == groups_in[k] * 4096);
-        BOOST_TEST(waves[k].arena_used <= options.bounce_size);
-        BOOST_TEST(waves[k].arena_size == (k == 0 ? 3 * 4096 : 0u));
+        BOOST_TEST(waves[k].padded == groups_in[k]);
     }
     check_tiling(s, waves);
+    BOOST_TEST(plan(s).size() == 1u);
 }
 
-// An arena a smaller batch left behind grows at the next wave's start to what is left (it used
-// to cap every wave at what it held: one request at a time).
-BOOST_AUTO_TEST_CASE(an_arena_left_small_grows_at_a_waves_start) {
-    const scattered s(8, 4096 + 100, 0);
-    const std::vector<batch_wave> waves = plan(s, {}, 4096);
+// A file without units (buffered, or one O_DIRECT does not pad) gets no padding.
+BOOST_AUTO_TEST_CASE(nothing_is_padded_where_the_file_has_no_units) {
+    const scattered s(4, 1000, 64);
+    wave_rules rules = direct_rules();
+    rules.padding_unit = 1;
+    const std::vector<batch_wave> waves = plan(s, rules);
     BOOST_TEST_REQUIRE(waves.size() == 1u);
-    BOOST_TEST(waves[0].arena_size == 8 * 4096u);
-    const std::vector<batch_wave> kept = plan(s, {}, 8 * 4096);
-    BOOST_TEST_REQUIRE(kept.size() == 1u);
-    BOOST_TEST(kept[0].arena_size == 0u);  // big enough: kept
+    BOOST_TEST(waves[0].padded == 0u);
+    for (const detail::segment& g : waves[0].segments)
+        BOOST_TEST(g.length == 1000u);
+    check_tiling(s, waves);
 }
 
 // Groups of several members, adjacent in memory or not: a member that crosses from the body
@@ -178,12 +179,13 @@ BOOST_AUTO_TEST_CASE(members_are_cut_where_their_group_is) {
                                         {memory(slab).slice(2000, 600), 2000}};
     const std::vector<batch_group> groups{{{0, 1, 2}, 0, 2600, true}};
     const std::vector<std::size_t> which{0};
-    wave_planner planner(direct_rules(), requests, groups, which, {}, 0);
+    wave_planner planner(direct_rules(), requests, groups, which, {});
     batch_wave w;
     BOOST_TEST_REQUIRE(planner.next(w));
     BOOST_TEST_REQUIRE(w.segments.size() == 2u);  // 2560 bytes straight, 40 padded
     BOOST_TEST(w.segments[0].length == 2560u);
-    BOOST_TEST(w.segments[1].length == 40u);
+    BOOST_TEST(w.segments[1].length == unit);
+    BOOST_TEST(w.wanted[1] == 40u);
     BOOST_TEST_REQUIRE(w.pieces.size() == 4u);
     BOOST_TEST(w.pieces[2].request == 2u);
     BOOST_TEST(w.pieces[2].length == 560u);

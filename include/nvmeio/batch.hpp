@@ -61,7 +61,7 @@ inline const io_failure& first_failure(const batch_outcome& outcome) {
 
 /// Moves every request of the batch through an aio context or over the threads of a parallel
 /// context (each thread takes a run of consecutive I/Os of about equal bytes and has its own
-/// bounce arena); then throws io_error for the first failed request (in the caller's order).
+/// staging slots); then throws io_error for the first failed request (in the caller's order).
 /// Throws std::invalid_argument for a request that breaks a rule above, before any I/O.
 template <class Context>
 [[nodiscard]] batch_outcome transfer_batch(Context& context, const file& f, operation op,

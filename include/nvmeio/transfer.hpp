@@ -163,11 +163,11 @@ struct batch_options {
     /// Aligned requests averaging at least this many bytes go member by member without a copy;
     /// smaller ones are coalesced and staged.
     std::size_t min_direct_size = std::size_t{256} << 10;
-    /// Bytes of bounce memory in use at once: the arena that holds a wave's padded last units of
-    /// groups ending off the alignment, and the staging slots that the other bounced bytes go
-    /// through (what the arena leaves, at least one slot). Both stay with the context (each
-    /// worker's, for a parallel one) for its next batch, so they are allocated and pinned once;
-    /// an arena that grew past this size is let go.
+    /// Bytes of staging slots in use at once (at least one slot), which every bounced byte goes
+    /// through, padded last units included; they stay with the context (each worker's, for a
+    /// parallel one) for its next batch, so they are allocated and pinned once. A written batch
+    /// also reads the file's bytes of its padded last units into ordinary memory, one unit each,
+    /// at most this many bytes a wave.
     std::size_t bounce_size = std::size_t{64} << 20;
     /// Strategy and submit mode of the batch's I/Os; `measure` fills `batch_outcome::perf`.
     transfer_config config{};
@@ -177,7 +177,7 @@ struct batch_options {
 struct batch_outcome {
     std::vector<batch_result> results;  ///< One per request, in the caller's order.
     std::size_t ios = 0;            ///< I/Os issued after coalescing (each then split in blocks).
-    std::size_t bounced_bytes = 0;  ///< Bytes copied through staging slots or the bounce arena.
+    std::size_t bounced_bytes = 0;  ///< Bytes copied through staging slots.
     /// With `batch_options::config.measure`: the batch's latencies, requests, time and bytes.
     transfer_perf perf;
 

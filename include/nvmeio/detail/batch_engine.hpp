@@ -3,9 +3,9 @@
 /// How a batch moves (batch.hpp has the rules a caller sees): requests sorted
 /// by file offset and coalesced into groups, groups moved in waves of engine
 /// segments that keep one queue full, staged through the engine's slots where
-/// they cannot go straight between the caller's memory and the file, and the
-/// merge of a written group's last partial unit with the file's bytes through
-/// the bounce arena.
+/// they cannot go straight between the caller's memory and the file, padded to
+/// whole units where they end off the alignment (a written one merged with the
+/// file's bytes of its last unit, and the file cut back after).
 
 #include <algorithm>
 #include <chrono>
@@ -16,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "nvmeio/aligned_allocator.hpp"
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/detail/engine.hpp"
 #include "nvmeio/detail/front_end.hpp"
@@ -105,29 +104,27 @@ inline std::vector<batch_group> plan_batch(const file& f,
 
 // What a batch's plan depends on, of its file and context.
 struct wave_rules {
-    std::size_t unit = 1;         // the file's O_DIRECT unit of offsets and lengths (1: none)
-    std::size_t memory_unit = 1;  // of memory addresses (1: none)
-    std::size_t arena_alignment = 4096;
+    std::size_t unit = 1;          // the file's O_DIRECT unit of offsets and lengths (1: none)
+    std::size_t memory_unit = 1;   // of memory addresses (1: none)
     std::size_t padding_unit = 1;  // whole units moved past a request's end (1: none)
     std::size_t block_size = 0;    // the context's
+    // Padded segments one wave may hold: each written one takes a unit of merged file bytes.
+    std::size_t padded_per_wave = static_cast<std::size_t>(-1);
 
-    static wave_rules of(const file& f, std::size_t block_size) {
+    static wave_rules of(const file& f, std::size_t block_size, operation op,
+                         std::size_t bounce_size) {
         wave_rules r;
         r.unit = f.required_alignment();
         r.memory_unit = f.is_direct() ? f.alignment().memory : 1;
-        r.arena_alignment = std::max<std::size_t>(r.memory_unit, 4096);
         // Whole units may be moved past a request's end only where the file is made
         // of units.
         const bool pad =
             r.unit > 1 && (f.kind() == file_kind::regular || f.kind() == file_kind::block_device);
         r.padding_unit = pad ? r.unit : 1;
         r.block_size = block_size;
+        if (op == operation::write)
+            r.padded_per_wave = std::max<std::size_t>(1, bounce_size / r.unit);
         return r;
-    }
-    // The arena bytes `length` bounced bytes take: whole units, each slot
-    // aligned.
-    [[nodiscard]] std::size_t slot_of(std::size_t length) const {
-        return static_cast<std::size_t>(align_up(length, std::max(unit, arena_alignment)));
     }
 };
 
@@ -149,86 +146,118 @@ inline bool zero_copy(const wave_rules& rules, const std::vector<batch_request>&
     return true;
 }
 
-// A wave of a batch as engine segments. A segment whose `span` is not 0 lives
-// in the bounce arena, at `arena_at` (its memory is set once the arena is
-// there). A piece is the part of a request that one segment carries: `length`
-// bytes at `position` in the segment and at `from` in the request.
+// A wave of a batch as engine segments. A staged segment (memory null) may be
+// padded: its `length` is whole units, of which the caller's bytes are the
+// first `wanted`. A piece is the part of a request that one segment carries:
+// `length` bytes at `position` in the segment and at `from` in the request.
 struct batch_wave {
     struct piece {
         std::size_t request, position, from, length;
     };
     std::vector<segment> segments;
-    std::vector<std::size_t> arena_at;        // per segment
+    std::vector<std::size_t> wanted;          // per segment: the caller's bytes of it
     std::vector<std::size_t> first_piece{0};  // per segment, and one past the last
     std::vector<piece> pieces;
-    std::size_t arena_size = 0;  // the arena it needs: one smaller is replaced by one this size
-    std::size_t arena_used = 0;  // bytes of it the wave's segments take
+    std::size_t padded = 0;  // segments with wanted < length
+
+    [[nodiscard]] bool is_padded(std::size_t i) const noexcept {
+        return wanted[i] < segments[i].length;
+    }
 };
 
-// Before a wave of writes: bounced segments get the caller's bytes; their
-// partial units (a group starts on a unit, so its last one only) first get the
-// file's bytes, read through the queue (detail/unit_edge.hpp: the same units
-// and zeros as file::write_at merges). Returns where the furthest padded write
-// ends and where the file must end if that is past its end.
+// A written wave's merged units: the file's bytes of each padded segment's
+// last unit (zeros past the file's end), which go out with the caller's.
+struct merged_units {
+    std::size_t unit = 1;
+    std::vector<std::size_t> of;  // per segment: its unit's index, or npos
+    std::vector<std::byte> bytes;
+};
+
+// Before a wave of writes: reads each padded segment's partial unit (a segment
+// starts on a unit, so its last one only) through the queue, staged
+// (detail/unit_edge.hpp: the same units and zeros as file::write_at merges).
+// Returns where the furthest padded write ends and where the file must end if
+// that is past its end.
 template <class Context>
-std::pair<std::uint64_t, std::uint64_t> fill_bounced_writes(
-    Context& context, const file& f, batch_wave& w, const transfer_config& config,
-    transfer_perf* perf, const std::vector<batch_request>& requests) {
-    const std::size_t unit = f.required_alignment();
+std::pair<std::uint64_t, std::uint64_t> read_merged_units(Context& context, const file& f,
+                                                          batch_wave& w, merged_units& merged,
+                                                          const transfer_config& config,
+                                                          transfer_perf* perf, std::size_t budget) {
+    const std::size_t unit = merged.unit = f.required_alignment();
+    merged.of.assign(w.segments.size(), static_cast<std::size_t>(-1));
     std::vector<segment> units;
     std::vector<std::size_t> owners;
     for (std::size_t i = 0; i < w.segments.size(); ++i) {
+        if (!w.is_padded(i)) continue;
         const segment& s = w.segments[i];
-        if (s.span <= s.length) continue;
-        (void)unit_cover::of(s.offset, s.length, unit).for_each_partial_unit([&](std::size_t at) {
-            units.push_back({s.memory + at, s.offset + at, unit, 0, 0, {}, s.pins});
-            owners.push_back(i);
-            return true;
-        });
+        (void)unit_cover::of(s.offset, w.wanted[i], unit)
+            .for_each_partial_unit([&](std::size_t at) {
+                merged.of[i] = units.size();
+                units.push_back({nullptr, s.offset + at, unit, nullptr, 0, {}});
+                owners.push_back(i);
+                return true;
+            });
     }
-    engine_of<Context>::move(context, f, operation::read, units.data(), units.size(), config, perf);
+    merged.bytes.assign(units.size() * unit, std::byte{0});
+    struct into_units {
+        std::byte* bytes;
+        std::size_t unit;
+    } const into{merged.bytes.data(), unit};
+    const auto copy_out = [](const void* state, std::size_t index, std::size_t position,
+                             std::byte* slot, std::size_t length, bool) {
+        const auto& m = *static_cast<const into_units*>(state);
+        std::memcpy(m.bytes + index * m.unit + position, slot, length);
+    };
+    const stager stage{copy_out, &into, budget};
+    engine_of<Context>::move(context, f, operation::read, units.data(), units.size(), config, perf,
+                             &stage);
     std::pair<std::uint64_t, std::uint64_t> furthest{0, 0};
     for (std::size_t u = 0; u < units.size(); ++u) {
+        segment& s = w.segments[owners[u]];
         if (units[u].failure) {
-            w.segments[owners[u]].failure = units[u].failure;
-            w.segments[owners[u]].failure.operation = "read (merging an unaligned write)";
+            s.failure = units[u].failure;
+            s.failure.operation = "read (merging an unaligned write)";
         }
-        zero_past_end(units[u].memory, units[u].bytes, unit);
-        const segment& s = w.segments[owners[u]];
-        if (s.offset + s.span > furthest.first) {
-            furthest = {s.offset + s.span,
-                        padded_write_keep(s.offset + s.length, units[u].offset + units[u].bytes)};
-        }
-    }
-    for (std::size_t i = 0; i < w.segments.size(); ++i) {
-        for (std::size_t p = w.first_piece[i]; w.segments[i].span != 0 && p < w.first_piece[i + 1];
-             ++p) {
-            const batch_wave::piece& piece = w.pieces[p];
-            std::memcpy(w.segments[i].memory + piece.position,
-                        requests[piece.request].memory.bytes() + piece.from, piece.length);
+        zero_past_end(merged.bytes.data() + u * unit, units[u].bytes, unit);
+        if (s.offset + s.length > furthest.first) {
+            furthest = {s.offset + s.length, padded_write_keep(s.offset + w.wanted[owners[u]],
+                                                               units[u].offset + units[u].bytes)};
         }
     }
     return furthest;
 }
 
 // The stager of a wave's staged segments: their bytes are the pieces of the
-// caller's requests.
+// caller's requests, and past those, in a written padded segment, its merged
+// unit.
 struct wave_stager_state {
     const batch_wave* wave;
     const std::vector<batch_request>* requests;
+    const merged_units* merged;
 };
 
 inline void copy_wave_pieces(const void* state, std::size_t index, std::size_t position,
                              std::byte* slot, std::size_t length, bool into_slot) {
-    const auto& [w, requests] = *static_cast<const wave_stager_state*>(state);
+    const auto& [w, requests, merged] = *static_cast<const wave_stager_state*>(state);
     using piece = batch_wave::piece;
+    const std::size_t end = position + length;
+    if (into_slot && !merged->of.empty() && merged->of[index] != static_cast<std::size_t>(-1)) {
+        // The merged unit first; the caller's bytes in it go over it below.
+        const std::size_t unit_at = w->segments[index].length - merged->unit;
+        const std::size_t from = std::max(position, unit_at);
+        if (from < end) {
+            std::memcpy(slot + (from - position),
+                        merged->bytes.data() + merged->of[index] * merged->unit + (from - unit_at),
+                        end - from);
+        }
+    }
     const auto first = w->pieces.begin() + static_cast<std::ptrdiff_t>(w->first_piece[index]);
     const auto last = w->pieces.begin() + static_cast<std::ptrdiff_t>(w->first_piece[index + 1]);
     // A segment's pieces tile it in order: start at the one holding `position`.
     auto p = std::upper_bound(first, last, position,
                               [](std::size_t at, const piece& q) { return at < q.position; });
     if (p != first) --p;
-    for (const std::size_t end = position + length; p != last && p->position < end; ++p) {
+    for (; p != last && p->position < end; ++p) {
         const std::size_t from = std::max(position, p->position);
         const std::size_t to = std::min(end, p->position + p->length);
         if (from >= to) continue;
@@ -246,41 +275,32 @@ inline void copy_wave_pieces(const void* state, std::size_t index, std::size_t p
 // touching memory or files. A group goes straight between the caller's memory
 // and the file where zero_copy says so, else staged: the engine copies its
 // bytes through staging slots request by request, overlapped with the device's
-// work. Either way its last partial alignment unit, if any, goes padded through
-// the bounce arena (a staged group no longer than a block goes there whole). A
-// wave's arena bytes stay within `bounce_size`; the arena grows at a wave's
-// start only, to what is left to bounce (up to bounce_size), so that one a
-// smaller batch left behind does not cap this batch's waves.
+// work. A staged group ending off the padding unit is padded to whole units; a
+// straight one's last partial unit goes as a padded staged segment of its own.
+// A wave holds at most `padded_per_wave` padded segments (a written one takes a
+// unit of merged bytes); otherwise the batch is one wave.
 class wave_planner {
   public:
-    // `arena_capacity`: the arena the batch starts with (a context keeps one
-    // between batches).
     wave_planner(const wave_rules& rules, const std::vector<batch_request>& requests,
                  const std::vector<batch_group>& groups, const std::vector<std::size_t>& which,
-                 const batch_options& options, std::size_t arena_capacity)
+                 const batch_options& options)
         : rules_(rules),
           requests_(requests),
           groups_(groups),
           which_(which),
-          bounce_size_(options.bounce_size),
-          capacity_(arena_capacity),
           direct_(which.size()) {
-        for (std::size_t k = 0; k < which.size(); ++k) {
-            const batch_group& g = groups[which[k]];
-            direct_[k] = zero_copy(rules, requests, g, options);
-            const std::size_t from = arena_from(g, direct_[k]);
-            if (from != g.length) remaining_ += rules.slot_of(g.length - from);  // <= a block
-        }
+        for (std::size_t k = 0; k < which.size(); ++k)
+            direct_[k] = zero_copy(rules, requests, groups[which[k]], options);
     }
 
     // The planner reads the requests, groups and order as it goes: temporaries would be gone.
     wave_planner(const wave_rules&, std::vector<batch_request>&&, const std::vector<batch_group>&,
-                 const std::vector<std::size_t>&, const batch_options&, std::size_t) = delete;
+                 const std::vector<std::size_t>&, const batch_options&) = delete;
     wave_planner(const wave_rules&, const std::vector<batch_request>&, std::vector<batch_group>&&,
-                 const std::vector<std::size_t>&, const batch_options&, std::size_t) = delete;
+                 const std::vector<std::size_t>&, const batch_options&) = delete;
     wave_planner(const wave_rules&, const std::vector<batch_request>&,
-                 const std::vector<batch_group>&, std::vector<std::size_t>&&, const batch_options&,
-                 std::size_t) = delete;
+                 const std::vector<batch_group>&, std::vector<std::size_t>&&,
+                 const batch_options&) = delete;
 
     // The next wave into `w`; false when every group has been planned.
     bool next(batch_wave& w) {
@@ -288,24 +308,23 @@ class wave_planner {
         if (k_ == which_.size()) return false;
         for (; k_ < which_.size(); ++k_) {
             const batch_group& g = groups_[which_[k_]];
-            const std::size_t body = arena_from(g, direct_[k_]);
-            if (body != g.length && !reserve(w, rules_.slot_of(g.length - body))) break;
+            // Where the group's padded part starts: its last partial unit when it goes straight,
+            // all of it when it is staged.
+            const std::size_t body = direct_[k_] ? g.length - g.length % rules_.padding_unit : 0;
+            const bool padded = g.length % rules_.padding_unit != 0;
+            if (padded && w.padded == rules_.padded_per_wave) break;
             ++ios_;
             member_ = member_at_ = 0;
-            if (!direct_[k_]) {
-                if (body != 0) add(w, g, 0, body, kind::staged, {});
-            } else {  // runs of members adjacent in memory go as one segment each
-                std::size_t at = 0;
-                for (std::size_t m = 0; m < g.members.size() && at < body;) {
-                    const mutable_memory& first = requests_[g.members[m]].memory;
-                    std::size_t end = at + requests_[g.members[m]].memory.size();
-                    for (++m; m < g.members.size() && g.contiguous_memory; ++m)
-                        end += requests_[g.members[m]].memory.size();
-                    add(w, g, at, std::min(end, body), kind::caller, first);
-                    at = end;
-                }
+            std::size_t at = 0;  // runs of members adjacent in memory go as one segment each
+            for (std::size_t m = 0; m < g.members.size() && at < body;) {
+                const mutable_memory& first = requests_[g.members[m]].memory;
+                std::size_t end = at + first.size();
+                for (++m; m < g.members.size() && g.contiguous_memory; ++m)
+                    end += requests_[g.members[m]].memory.size();
+                add(w, g, at, std::min(end, body), first);
+                at = end;
             }
-            if (body != g.length) add(w, g, body, g.length, kind::bounced, {});
+            if (body != g.length) add(w, g, body, g.length, {});
         }
         return true;
     }
@@ -314,56 +333,30 @@ class wave_planner {
     [[nodiscard]] std::size_t bounced_bytes() const noexcept { return bounced_bytes_; }
 
   private:
-    enum class kind { caller, staged, bounced };
-
-    // Where group g's bytes go through the arena from: its last partial unit, or
-    // all of it when it is staged and fits in one block (one padded request
-    // rather than two).
-    [[nodiscard]] std::size_t arena_from(const batch_group& g, bool direct) const {
-        const std::size_t body = g.length - g.length % rules_.padding_unit;
-        return !direct && body != g.length && g.length <= rules_.block_size ? 0 : body;
-    }
-
-    // Room for `need` more arena bytes in wave `w` (false: the wave is full).
-    bool reserve(batch_wave& w, std::size_t need) {
-        if (w.arena_used == 0) {
-            const std::size_t want = std::max(need, std::min(bounce_size_, remaining_));
-            if (capacity_ < want) {
-                w.arena_size = want;
-                capacity_ = static_cast<std::size_t>(align_up(want, rules_.arena_alignment));
-            }
-        } else if (w.arena_used + need > std::min(bounce_size_, capacity_)) {
-            return false;
-        }
-        remaining_ = remaining_ > need ? remaining_ - need : 0;
-        return true;
-    }
-
     // A segment for bytes [from, to) of group g: from the caller's memory at
-    // `memory` (with its pin record), staged, or padded in the arena; with the
-    // pieces of the members it carries.
-    void add(batch_wave& w, const batch_group& g, std::size_t from, std::size_t to, kind how,
+    // `memory` (with its pin record), or staged (no memory) and padded to whole
+    // padding units; with the pieces of the members it carries.
+    void add(batch_wave& w, const batch_group& g, std::size_t from, std::size_t to,
              const mutable_memory& memory) {
-        std::size_t span = 0;
-        w.arena_at.push_back(w.arena_used);
-        if (how == kind::bounced) {
-            span = unit_cover::of(g.offset + from, to - from, rules_.padding_unit).span;
-            w.arena_used += rules_.slot_of(to - from);
+        std::size_t length = to - from;
+        if (memory.data() == nullptr) {
+            bounced_bytes_ += to - from;
+            length = unit_cover::of(g.offset + from, to - from, rules_.padding_unit).span;
+            if (length != to - from) ++w.padded;
         }
-        if (how != kind::caller) bounced_bytes_ += to - from;
-        w.segments.push_back(
-            {memory.bytes(), g.offset + from, to - from, span, 0, {}, memory.pins()});
+        w.segments.push_back({memory.bytes(), g.offset + from, length, memory.pins(), 0, {}});
+        w.wanted.push_back(to - from);
         // Segments of a group come in file order: the member scan goes on where it
         // stopped.
         for (; member_ < g.members.size() && member_at_ < to; ++member_) {
             const std::size_t index = g.members[member_];
-            const std::size_t length = requests_[index].memory.size();
+            const std::size_t size = requests_[index].memory.size();
             const std::size_t begin = std::max(member_at_, from);
-            const std::size_t end = std::min(member_at_ + length, to);
+            const std::size_t end = std::min(member_at_ + size, to);
             if (begin < end)
                 w.pieces.push_back({index, begin - from, begin - member_at_, end - begin});
-            if (member_at_ + length > to) break;  // it goes on in the next segment
-            member_at_ += length;
+            if (member_at_ + size > to) break;  // it goes on in the next segment
+            member_at_ += size;
         }
         w.first_piece.push_back(w.pieces.size());
     }
@@ -372,10 +365,7 @@ class wave_planner {
     const std::vector<batch_request>& requests_;
     const std::vector<batch_group>& groups_;
     const std::vector<std::size_t>& which_;
-    const std::size_t bounce_size_;
-    std::size_t capacity_;       // of the arena, as planned so far
     std::vector<bool> direct_;   // per group of `which`
-    std::size_t remaining_ = 0;  // arena bytes of the groups not yet planned
     std::size_t k_ = 0;          // the next group of `which`
     std::size_t member_ = 0;     // the group's first member not wholly placed yet
     std::size_t member_at_ = 0;  // where it starts in the group
@@ -383,22 +373,23 @@ class wave_planner {
     std::size_t bounced_bytes_ = 0;
 };
 
-// Moves one planned wave whose bounced segments lie in the arena, and records
-// what each of its requests got in `results`.
+// Moves one planned wave, and records what each of its requests got in
+// `results`. A written wave's padded segments first get their merged units, and
+// the file is cut back to its size after.
 template <class Context>
 void run_wave(Context& context, const file& f, operation op,
               const std::vector<batch_request>& requests, batch_wave& w,
-              const batch_options& options, std::vector<batch_result>& results,
-              std::vector<transfer_perf>& perf) {
+              const batch_options& options, merged_units& merged,
+              std::vector<batch_result>& results, std::vector<transfer_perf>& perf) {
     const auto measured = [&] { return options.config.measure ? &perf.emplace_back() : nullptr; };
-    const wave_stager_state callers{&w, &requests};
-    // Staging and the arena together stay within bounce_size (at least one
-    // staging slot).
-    const stager stage{copy_wave_pieces, &callers,
-                       options.bounce_size > w.arena_used ? options.bounce_size - w.arena_used : 0};
-    std::pair<std::uint64_t, std::uint64_t> padding{0, 0};  // see fill_bounced_writes
-    if (op == operation::write)
-        padding = fill_bounced_writes(context, f, w, options.config, measured(), requests);
+    merged.of.clear();
+    std::pair<std::uint64_t, std::uint64_t> padding{0, 0};  // see read_merged_units
+    if (op == operation::write && w.padded != 0) {
+        padding = read_merged_units(context, f, w, merged, options.config, measured(),
+                                    options.bounce_size);
+    }
+    const wave_stager_state callers{&w, &requests, &merged};
+    const stager stage{copy_wave_pieces, &callers, options.bounce_size};
     engine_of<Context>::move(context, f, op, w.segments.data(), w.segments.size(), options.config,
                              measured(), &stage);
     const io_failure trim =
@@ -409,17 +400,12 @@ void run_wave(Context& context, const file& f, operation op,
         for (std::size_t p = w.first_piece[i]; p < w.first_piece[i + 1]; ++p) {
             const batch_wave::piece& piece = w.pieces[p];
             batch_result& result = results[piece.request];
-            if (done.failure || (trim && done.span > done.length)) {
+            if (done.failure || (trim && w.is_padded(i))) {
                 if (!result.failure) result.failure = failure;
                 result.bytes = 0;
             }
             if (result.failure) continue;
-            const std::size_t got = bytes_found(piece.position, piece.length, done.bytes);
-            if (done.span != 0 && op == operation::read && got != 0) {
-                std::memcpy(requests[piece.request].memory.bytes() + piece.from,
-                            done.memory + piece.position, got);
-            }
-            result.bytes += got;
+            result.bytes += bytes_found(piece.position, piece.length, done.bytes);
         }
     }
 }
@@ -434,23 +420,12 @@ void run_groups(Context& context, const file& f, operation op,
                 const std::vector<std::size_t>& which, const batch_options& options,
                 std::vector<batch_result>& results, batch_outcome& tally,
                 std::vector<transfer_perf>& perf) {
-    const wave_rules rules = wave_rules::of(f, context.block_size());
-    typename engine_of<Context>::template arena_loan<Context> loan(context, options.bounce_size);
-    aligned_buffer& arena = loan.arena;
-    if (arena.alignment() < rules.arena_alignment) arena = aligned_buffer();
-    wave_planner planner(rules, requests, groups, which, options, arena.capacity());
+    const wave_rules rules = wave_rules::of(f, context.block_size(), op, options.bounce_size);
+    wave_planner planner(rules, requests, groups, which, options);
     batch_wave w;
-    while (planner.next(w)) {
-        if (arena.capacity() < w.arena_size) {
-            arena = aligned_buffer(w.arena_size, rules.arena_alignment);
-        }
-        for (std::size_t i = 0; i < w.segments.size(); ++i) {
-            if (w.segments[i].span == 0) continue;
-            w.segments[i].memory = arena.data() + w.arena_at[i];
-            w.segments[i].pins = arena.pins();
-        }
-        run_wave(context, f, op, requests, w, options, results, perf);
-    }
+    merged_units merged;
+    while (planner.next(w))
+        run_wave(context, f, op, requests, w, options, merged, results, perf);
     tally.ios += planner.ios();
     tally.bounced_bytes += planner.bounced_bytes();
 }

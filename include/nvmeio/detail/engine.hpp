@@ -38,16 +38,11 @@ struct segment {
     /// Memory side: aligned like the file's O_DIRECT rules; null for a staged segment, whose
     /// bytes the run's stager copies through the engine's staging memory.
     std::byte* memory = nullptr;
-    std::uint64_t offset = 0;  ///< File offset: aligned like the file's O_DIRECT rules.
-    std::size_t length = 0;    ///< Bytes the caller wants moved.
-    /// Bytes of `memory` the I/O may use, 0 for `length`. When it is `length` rounded up to the
-    /// file's alignment (engine-owned memory), the whole segment goes through the queue: a read
-    /// fetches whole units, a write writes whole units whose bytes past `length` the owner has
-    /// merged from the file (and trims the file afterwards, trim_write_padding).
-    std::size_t span = 0;
+    std::uint64_t offset = 0;    ///< File offset: aligned like the file's O_DIRECT rules.
+    std::size_t length = 0;      ///< Bytes to move.
+    pin_record* pins = nullptr;  ///< The pin record of the buffer `memory` lies in, or null.
     std::size_t bytes = 0;       ///< Result: moved; fewer than `length` only for a read at the end.
     io_failure failure;          ///< Result: why the segment failed.
-    pin_record* pins = nullptr;  ///< The pin record of the buffer `memory` lies in, or null.
 };
 
 /// How a run reaches the caller's bytes of its staged segments (`memory` null): each request of
@@ -300,42 +295,6 @@ class engine {
         }
     }
 
-    /// The context's bounce arena, lent to one batch at a time (detail/batch_engine.hpp) so that
-    /// it is allocated, and pinned, once per context rather than once per batch.
-    template <class Context>
-    class arena_loan {
-      public:
-        arena_loan(Context& context, std::size_t keep_up_to)
-            : context_(context), keep_(keep_up_to) {
-            context.creator_.require_current("aio_context");
-            const auto busy = context.in_use_.acquire("aio_context");
-            // An arena an earlier run's requests may still write into stays with the context;
-            // the batch gets an arena of its own, and its engine run reports the failed wait.
-            if (collect_strays(context.backend_) < 0) return;
-            arena = std::exchange(context.engine_.arena_, {});
-            lent_ = true;
-        }
-        arena_loan(const arena_loan&) = delete;
-        arena_loan& operator=(const arena_loan&) = delete;
-        // Hands the arena back, unless it grew past `keep_up_to`, none was lent, or the context
-        // is busy (misuse that the next transfer reports).
-        ~arena_loan() {
-            if (!lent_ || arena.capacity() > keep_) return;
-            try {
-                const auto busy = context_.in_use_.acquire("aio_context");
-                context_.engine_.arena_ = std::move(arena);
-            } catch (const std::logic_error&) {
-            }
-        }
-
-        aligned_buffer arena;
-
-      private:
-        Context& context_;
-        std::size_t keep_;
-        bool lent_ = false;  // the context's arena, to be handed back
-    };
-
   private:
     struct slot {  // one queue entry: a request's range of a segment
         std::size_t segment = 0;
@@ -437,7 +396,7 @@ class engine {
 
     // Waits for the requests an earlier run left in flight when its reap failed, and drops their
     // completions: until then they may write into the memory they name (the caller's, or this
-    // engine's staging slots and arena), so this comes before any of it is used again, and none
+    // engine's staging slots), so this comes before any of it is used again, and none
     // of them is taken for one of the next run's requests. 0, or the -errno of a reap that failed
     // again (the requests are still in flight).
     static int collect_strays(Backend& backend) {
@@ -465,11 +424,9 @@ class engine {
         for (std::size_t i = 0; i < j.count; ++i) {
             segment& s = j.segments[i];  // one that arrives failed is not moved
             s.bytes = 0;
-            const bool padded = s.span > s.length;
-            state_[i].body =
-                padded ? s.span : static_cast<std::size_t>(align_down(s.length, j.unit));
+            state_[i].body = static_cast<std::size_t>(align_down(s.length, j.unit));
             if (s.memory == nullptr) longest_staged = std::max(longest_staged, s.length);
-            state_[i].end_of_data = std::max(s.length, state_[i].body);
+            state_[i].end_of_data = s.length;
             body_total += state_[i].body;
         }
         if constexpr (cuts_requests<Backend>::value) {
@@ -800,10 +757,8 @@ class engine {
         }
         if (!is_aligned(g.offset + at, j.unit)) {
             // O_DIRECT cannot continue from an unaligned offset: finish this range synchronously
-            // (up to the caller's length: padding past it is not the caller's).
-            if (at < g.length)
-                remnants_.push_back(
-                    {s.segment, at, std::min(g.length, s.position + s.length) - at});
+            // (what is left of the request).
+            remnants_.push_back({s.segment, at, s.length - s.done});
             retire(id);
             return;
         }
@@ -872,7 +827,6 @@ class engine {
     std::vector<double> submit_samples_;
     std::vector<double> completion_samples_;
     spin_backoff backoff_;                  // outlives a transfer: which waits poll before sleeping
-    aligned_buffer arena_;                  // batches' bounce arena, kept for the next (arena_loan)
     aligned_buffer staging_;                // staged segments' slots, kept for the next run
     std::size_t staging_stride_ = 0;        // bytes of one, in the run in progress
     std::vector<std::byte*> staging_free_;  // of staging_ (past the synchronous path's first)

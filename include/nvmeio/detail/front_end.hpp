@@ -109,7 +109,7 @@ transfer_result run_transfer(Context& context, const file& f, operation op, muta
     transfer_result result;
     failure = {};
     if (memory.empty()) return result;
-    segment one{memory.bytes(), offset, memory.size(), 0, 0, {}, memory.pins()};
+    segment one{memory.bytes(), offset, memory.size(), memory.pins(), 0, {}};
     engine_of<Context>::move(context, f, op, &one, 1, config,
                              config.measure ? &result.perf : nullptr);
     result.bytes = one.bytes;

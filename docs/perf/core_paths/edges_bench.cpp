@@ -1,10 +1,10 @@
 // Ragged tails, for edges.sh: `blocks` requests of `length` bytes (not a multiple of the file's
 // unit) at every `stride` bytes of FILE, from aligned memory or memory 64 bytes off, moved as
-// one batch (read, write: each last unit padded in the arena, a write's merged with the file's
-// bytes through the queue), one file::read_at/write_at each (read_at, write_at: the synchronous
-// bounce), or one transfer each (tread, twrite, aligned memory: the tail is the engine's
-// remnant). Prints the seconds of `loops` passes.
-// Built against one include/ tree at a time (edges.sh), so it uses the public API only.
+// one batch (read, write: each last unit staged, padded to a whole unit, a write's merged with the
+// file's bytes through the queue), one file::read_at/write_at each (read_at, write_at: the
+// synchronous bounce), or one transfer each (tread, twrite, aligned memory: the tail is the
+// engine's remnant). Prints the seconds of `loops` passes. Built against one include/ tree at a
+// time (edges.sh), so it uses the public API only.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

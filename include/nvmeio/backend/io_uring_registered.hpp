@@ -182,18 +182,17 @@ class ring_buffers final : public memory_pinner {
         has_later_.store(false, std::memory_order_relaxed);
         table_made_ = false;
         free_.clear();
-        std::vector<region> owned;
-        for (const region& r : regions_) {
-            if (r.pins == nullptr) owned.push_back(r);
-        }
-        regions_.clear();
-        if (owned.empty()) return;
+        // The caller's buffers stay (still in address order), filtered in place: nothing here may
+        // allocate, for nothing may throw.
+        regions_.erase(std::remove_if(regions_.begin(), regions_.end(),
+                                      [](const region& r) { return r.pins != nullptr; }),
+                       regions_.end());
+        if (regions_.empty()) return;
         int error = make_table();
-        for (const region& r : owned) {
+        for (const region& r : regions_) {
             if (error == 0) error = set_slot(r.slot, r.begin, r.end - r.begin);
             if (error != 0) break;
             free_.erase(std::find(free_.begin(), free_.end(), r.slot));
-            regions_.push_back(r);  // still in address order
         }
         if (error != 0) {  // the caller's buffers go plain, and nothing is pinned any more
             regions_.clear();

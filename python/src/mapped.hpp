@@ -1,7 +1,7 @@
 #pragma once
 /// \file mapped.hpp
 /// Whether a call may use a tensor's memory: a read needs to write it, a write to read it. A
-/// copy through the bounce arena touches the memory in this process, where memory it may not
+/// copy through a staging slot touches the memory in this process, where memory it may not
 /// use is a crash rather than the kernel's EFAULT, so such memory is refused before any byte
 /// moves. Memory that torch's allocators (CPU, pinned) or nvmeio gave out is usable; any other (a
 /// NumPy array, a tensor over an mmap) is looked up in /proc/self/maps, without the GIL. The

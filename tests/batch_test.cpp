@@ -399,6 +399,43 @@ BOOST_AUTO_TEST_CASE(writes_reserve_only_the_runs_that_end_past_the_file) {
     BOOST_TEST((runs_past(29675) == runs{{3, 4}}));
     BOOST_TEST((runs_past(8192) == runs{{2, 2}, {3, 4}}));
     BOOST_TEST((runs_past(0) == runs{{0, 1}, {2, 2}, {3, 4}}));
+    // A segment that arrives failed (its merge read failed) is moved by nobody: no run has it.
+    std::vector<segment> failed = segments;
+    failed[3].failure = {std::make_error_code(std::errc::io_error), "read", "", 24576, 100};
+    using detail::for_each_run_past;
+    runs seen;
+    for_each_run_past(failed.data(), failed.size(), 0,
+                      [&](std::size_t a, std::size_t b) { seen.emplace_back(a, b); });
+    BOOST_TEST((seen == runs{{0, 1}, {2, 2}, {4, 4}}));
+}
+
+// A written request whose last unit's merge read fails writes nothing and leaves the file as it
+// was, its size too: whether the file ended at that unit's end, inside it (before or past the
+// writer's end) or before it. (The size was cut to the writer's end when the file ended at the
+// unit's end, and the range reserved and so grown when it ended before.)
+BOOST_AUTO_TEST_CASE(a_failed_merge_read_leaves_the_file_as_it_was) {
+    basic_aio_context<nvmeio_test::offset_fault_backend> context({4, block});
+    temp_path path("batch_merge_fails");
+    nvmeio_test::spew(path.str(), nullptr, 0);
+    const std::size_t unit = file(path.str(), open_mode::read).required_alignment();
+    BOOST_TEST_REQUIRE(unit > 1u);  // O_DIRECT: a ragged write merges its last unit
+    std::vector<unsigned char> bytes = nvmeio_test::pattern(unit / 2, 41);
+    for (const std::size_t size : {unit, unit / 4, 3 * unit / 4, std::size_t{0}}) {
+        BOOST_TEST_CONTEXT("the file's size " << size) {
+            const std::vector<unsigned char> old = nvmeio_test::pattern(size, 42);
+            nvmeio_test::spew(path.str(), old.data(), old.size());
+            file f(path.str(), open_mode::read_write);
+            nvmeio_test::offset_fault_backend::fail_offset = 0;
+            std::error_code ec;
+            const batch_outcome got =
+                write_batch(context, f, std::vector<batch_request>{{bytes, 0}}, {}, ec);
+            nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
+            BOOST_TEST(ec == std::make_error_code(std::errc::io_error));
+            BOOST_TEST(got.results[0].bytes == 0u);
+            BOOST_TEST(got.results[0].failure.operation == "read (merging an unaligned write)");
+            BOOST_TEST((nvmeio_test::slurp(path.str()) == old));
+        }
+    }
 }
 
 // KV blocks at odd addresses (no O_DIRECT alignment takes them), at every other slot: each is

@@ -115,7 +115,9 @@ BOOST_AUTO_TEST_CASE(misaligned_blocks_are_staged_whole_units_unpadded) {
 }
 
 // A ragged request: its whole units go straight from the caller's memory, its last partial unit
-// as a staged segment padded to a whole unit; a staged one goes whole, padded, as one segment.
+// as a staged segment padded to a whole unit; a staged one no longer than a block goes whole,
+// padded, as one segment; a longer staged one keeps its padded tail apart (a failure there fails
+// only the requests the tail carries).
 BOOST_AUTO_TEST_CASE(a_ragged_tail_is_staged_padded_to_a_whole_unit) {
     const scattered aligned(1, 3 * block + 100, 0);
     std::vector<batch_wave> waves = plan(aligned);
@@ -131,13 +133,25 @@ BOOST_AUTO_TEST_CASE(a_ragged_tail_is_staged_padded_to_a_whole_unit) {
     BOOST_TEST(waves[0].padded == 1u);
     check_tiling(aligned, waves);
 
-    const scattered small(1, 3 * block + 1000, 64);
+    const scattered small(1, 1000, 64);
     waves = plan(small);
     BOOST_TEST_REQUIRE(waves[0].segments.size() == 1u);
     BOOST_TEST(waves[0].segments[0].memory == nullptr);
-    BOOST_TEST(waves[0].segments[0].length == 3 * block + 1024u);
-    BOOST_TEST(waves[0].wanted[0] == 3 * block + 1000u);
+    BOOST_TEST(waves[0].segments[0].length == 1024u);
+    BOOST_TEST(waves[0].wanted[0] == 1000u);
     check_tiling(small, waves);
+
+    const scattered staged(1, 3 * block + 1000, 64);
+    waves = plan(staged);
+    BOOST_TEST_REQUIRE(waves[0].segments.size() == 2u);
+    BOOST_TEST(waves[0].segments[0].memory == nullptr);
+    BOOST_TEST(waves[0].segments[0].length == 3 * block + 512u);
+    BOOST_TEST(!waves[0].is_padded(0));
+    BOOST_TEST(waves[0].segments[1].memory == nullptr);
+    BOOST_TEST(waves[0].segments[1].offset == 3 * block + 512u);
+    BOOST_TEST(waves[0].segments[1].length == unit);
+    BOOST_TEST(waves[0].wanted[1] == 488u);
+    check_tiling(staged, waves);
 }
 
 // A written wave holds at most `padded_per_wave` padded segments (each takes a unit of merged

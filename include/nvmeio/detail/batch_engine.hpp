@@ -219,7 +219,8 @@ std::pair<std::uint64_t, std::uint64_t> read_merged_units(Context& context, cons
             s.failure.operation = "read (merging an unaligned write)";
         }
         zero_past_end(merged.bytes.data() + u * unit, units[u].bytes, unit);
-        if (s.offset + s.length > furthest.first) {
+        // A segment whose unit could not be read is not written, so nothing is cut back for it.
+        if (!s.failure && s.offset + s.length > furthest.first) {
             furthest = {s.offset + s.length, padded_write_keep(s.offset + w.wanted[owners[u]],
                                                                units[u].offset + units[u].bytes)};
         }
@@ -275,8 +276,8 @@ inline void copy_wave_pieces(const void* state, std::size_t index, std::size_t p
 // touching memory or files. A group goes straight between the caller's memory
 // and the file where zero_copy says so, else staged: the engine copies its
 // bytes through staging slots request by request, overlapped with the device's
-// work. A staged group ending off the padding unit is padded to whole units; a
-// straight one's last partial unit goes as a padded staged segment of its own.
+// work. A group's last partial unit goes as a staged segment padded to a whole
+// unit (a staged group no longer than a block goes so whole).
 // A wave holds at most `padded_per_wave` padded segments (a written one takes a
 // unit of merged bytes); otherwise the batch is one wave.
 class wave_planner {
@@ -308,15 +309,18 @@ class wave_planner {
         if (k_ == which_.size()) return false;
         for (; k_ < which_.size(); ++k_) {
             const batch_group& g = groups_[which_[k_]];
-            // Where the group's padded part starts: its last partial unit when it goes straight,
-            // all of it when it is staged.
-            const std::size_t body = direct_[k_] ? g.length - g.length % rules_.padding_unit : 0;
+            // Where the group's padded part starts: its last partial unit, or all of a staged
+            // group no longer than a block (one request rather than two). A longer one keeps its
+            // tail apart, so that a failure there fails only the requests it carries.
             const bool padded = g.length % rules_.padding_unit != 0;
+            const bool whole = !direct_[k_] && g.length <= rules_.block_size;
+            const std::size_t body = whole ? 0 : g.length - g.length % rules_.padding_unit;
             if (padded && w.padded == rules_.padded_per_wave) break;
             ++ios_;
             member_ = member_at_ = 0;
+            if (!direct_[k_] && body != 0) add(w, g, 0, body, {});
             std::size_t at = 0;  // runs of members adjacent in memory go as one segment each
-            for (std::size_t m = 0; m < g.members.size() && at < body;) {
+            for (std::size_t m = 0; direct_[k_] && m < g.members.size() && at < body;) {
                 const mutable_memory& first = requests_[g.members[m]].memory;
                 std::size_t end = at + first.size();
                 for (++m; m < g.members.size() && g.contiguous_memory; ++m)

@@ -247,13 +247,19 @@ class request_cursor {
 };
 
 /// Calls `f(first, last)` for each run of adjacent segments (each starting where the one before
-/// ends) that ends past `size`, in order.
+/// ends) that ends past `size`, in order. A segment that arrives failed is moved by nobody, so it
+/// is in no run.
 template <class F>
 void for_each_run_past(const segment* segments, std::size_t count, std::uint64_t size, F&& f) {
     for (std::size_t first = 0; first < count;) {
+        if (segments[first].failure) {
+            ++first;
+            continue;
+        }
         std::size_t last = first;
         std::uint64_t end = segments[first].offset + segments[first].length;
-        while (last + 1 < count && segments[last + 1].offset == end) {
+        while (last + 1 < count && !segments[last + 1].failure &&
+               segments[last + 1].offset == end) {
             ++last;
             end += segments[last].length;
         }

@@ -3,8 +3,9 @@
 /// The one mechanism for a range whose ends are off the file's O_DIRECT unit: the whole units that
 /// cover it, which of them are partial, and what a partial unit holds before it is written (the
 /// file's bytes, zeros past its end). file::read_at/write_at carry it out synchronously through a
-/// bounce buffer (the engine's remnants too); a batch carries it out through the queue in its
-/// arena (detail/batch_engine.hpp). Each only does the I/O its way.
+/// bounce buffer (the engine's remnants too); a batch carries it out through the queue, as
+/// staged segments padded to whole units (detail/batch_engine.hpp). Each only does the I/O its
+/// way.
 
 #include <cstddef>
 #include <cstdint>

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a trace of one nvmeio call shows: the numbers docs/ARCHITECTURE.md ("The path of one
 # read", "The path of one batch") states, measured on the tree this script sits in.
-#   scripts/trace_call.sh [--save] [--calls] [--keep] [DATA_DIR]
+#   scripts/trace_call.sh [--save] [--calls] [--keep] [--reused] [DATA_DIR]
 # Builds a small program against include/ (g++ -O0 -g, twice: plain for gdb, and with
 # -finstrument-functions) that makes one call, and traces it:
 #   uring-read   nvmeio::read of 1 MiB through basic_aio_context<io_uring_backend>
@@ -13,7 +13,9 @@
 # else build/ of this tree, whichever is not tmpfs and takes O_DIRECT; the output names its
 # type). Prints its rules, each program's frames and headers, and a summary table. --save also
 # writes the output to trace_<short commit>.txt in docs/perf/trace/; --calls lists every call
-# before the first reap, nested; --keep leaves the temporary folder.
+# before the first reap, nested; --keep leaves the temporary folder; --reused makes the same call
+# twice untraced first, on the same context and buffer, and traces the third: a context's steady
+# state (saved as trace_<short commit>_reused.txt).
 # Needs g++, gdb (ptrace allowed), addr2line, python3, libaio; liburing for the io_uring rows.
 # It knows nvmeio only by its public calls (read, read_batch, the contexts) and by the backends'
 # submit and reap (io_uring_backend/libaio_backend ::submit/::reap, liburing's io_uring_submit,
@@ -21,12 +23,13 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-save=0 keep=0 show_calls=0 data_parent=""
+save=0 keep=0 show_calls=0 reused=0 data_parent=""
 while [[ $# -gt 0 ]]; do
     case $1 in
     --save) save=1 ;;
     --keep) keep=1 ;;
     --calls) show_calls=1 ;;
+    --reused) reused=1 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "trace_call.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) data_parent=$1 ;;
@@ -44,8 +47,9 @@ done
 if [[ $save -eq 1 ]]; then
     commit="$(git -C "$repo" rev-parse --short HEAD)"
     mkdir -p "$repo/docs/perf/trace"
-    out="$repo/docs/perf/trace/trace_$commit.txt"
+    out="$repo/docs/perf/trace/trace_$commit$([[ $reused -eq 1 ]] && echo _reused).txt"
     again=()
+    [[ $reused -eq 1 ]] && again+=(--reused)
     [[ $keep -eq 1 ]] && again+=(--keep)
     [[ $show_calls -eq 1 ]] && again+=(--calls)
     [[ -n $data_parent ]] && again+=("$data_parent")
@@ -107,6 +111,7 @@ cat >"$work/trace_program.cpp" <<'CPP'
 #include <dlfcn.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -164,9 +169,18 @@ NOT_TRACED int write_calls(const char* path) {
     return std::fclose(out) == 0 ? 0 : 1;
 }
 
+// With --reused, the call is made this many times untraced before the traced one: the ring is
+// enabled and the buffer pinned (on its second move) by then.
+NOT_TRACED int untraced_calls() {
+    const char* reused = std::getenv("TRACE_REUSED");
+    return reused != nullptr && reused[0] == '1' ? 2 : 0;
+}
+
 template <class Context>
 NOT_TRACED bool read_once(Context& context, const nvmeio::file& f) {
     nvmeio::aligned_buffer buffer(read_size);
+    for (int i = 0; i < untraced_calls(); ++i)
+        (void)nvmeio::read(context, f, buffer, 0);
     trace_begin();
     const nvmeio::transfer_result result = nvmeio::read(context, f, buffer, 0);
     trace_end();
@@ -180,6 +194,8 @@ NOT_TRACED bool read_batch_once(Context& context, const nvmeio::file& f) {
     for (std::size_t i = 0; i < 4; ++i)
         requests.push_back({nvmeio::memory(buffer).slice(i * (read_size / 4), read_size / 4),
                             i * read_size});
+    for (int i = 0; i < untraced_calls(); ++i)
+        (void)nvmeio::read_batch(context, f, requests);
     trace_begin();
     const nvmeio::batch_outcome outcome = nvmeio::read_batch(context, f, requests);
     trace_end();
@@ -266,6 +282,7 @@ else:
     gdb.execute("kill")
 PY
 
+export TRACE_REUSED=$reused  # read by the program and the report
 modes=(uring-read uring-batch aio-read aio-batch)
 for mode in "${modes[@]}"; do
     system_call=io_submit
@@ -345,6 +362,15 @@ print("nvmeio call trace: scripts/trace_call.sh")
 print("commit %s%s; %s -std=c++17 -O0 -g; %s; kernel %s; the file: 4 MiB, O_DIRECT, on %s" % (
     commit, " with uncommitted changes in include/" if dirty else "", compiler, gdb_version,
     os.uname().release, os.environ["TRACE_FSTYPE"]))
+if os.environ.get("TRACE_REUSED") == "1":
+    use = """- --reused: each program makes its call twice untraced, then the traced third call on the
+  same context with the same buffer (or requests): a context's steady state (the ring enabled at
+  its first submit, the buffer pinned by pin once on its second move)."""
+else:
+    use = """- Each program makes its one call on a context it has just created, so the call is the ring's
+  first use (io_uring enables a ring set up for one thread at its first submit, and pin once
+  registers memory only from its second move on): a context's later calls may differ
+  (--reused traces one)."""
 print("""
 Rules
 - Frames: the program stops (gdb, batch mode) at the first call of the backend's system call
@@ -362,11 +388,9 @@ Rules
   submit" ends where the backend's first submit returns, its callees (an SQE's preparation, what
   is registered with the ring) counted. A function called ten times is ten calls.
 - Headers touched: the distinct files under include/nvmeio/ that define a function counted.
-- Each program makes its one call on a context it has just created, so the call is the ring's
-  first use (io_uring enables a ring set up for one thread at its first submit, and pin once
-  registers memory only from its second move on): a context's later calls may differ.
+%s
 - -O0, so that nothing is inlined: the counts are the source's shape, not what an optimised
-  build executes.""")
+  build executes.""" % use)
 
 rows = []
 for mode in modes:

@@ -47,7 +47,9 @@ done
 if [[ $save -eq 1 ]]; then
     commit="$(git -C "$repo" rev-parse --short HEAD)"
     mkdir -p "$repo/docs/perf/trace"
-    out="$repo/docs/perf/trace/trace_$commit$([[ $reused -eq 1 ]] && echo _reused).txt"
+    suffix=""
+    if [[ $reused -eq 1 ]]; then suffix=_reused; fi
+    out="$repo/docs/perf/trace/trace_$commit$suffix.txt"
     again=()
     [[ $reused -eq 1 ]] && again+=(--reused)
     [[ $keep -eq 1 ]] && again+=(--keep)

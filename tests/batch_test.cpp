@@ -409,10 +409,11 @@ BOOST_AUTO_TEST_CASE(writes_reserve_only_the_runs_that_end_past_the_file) {
     BOOST_TEST((seen == runs{{0, 1}, {2, 2}, {4, 4}}));
 }
 
-// A written request whose last unit's merge read fails writes nothing and leaves the file as it
-// was, its size too: whether the file ended at that unit's end, inside it (before or past the
+// A written request within one unit whose merge read fails writes nothing and leaves the file as
+// it was, its size too: whether the file ended at that unit's end, inside it (before or past the
 // writer's end) or before it. (The size was cut to the writer's end when the file ended at the
-// unit's end, and the range reserved and so grown when it ended before.)
+// unit's end, and the range reserved and so grown when it ended before.) A longer request's other
+// bytes go in other I/Os, which may be written, as with any failed write.
 BOOST_AUTO_TEST_CASE(a_failed_merge_read_leaves_the_file_as_it_was) {
     basic_aio_context<nvmeio_test::offset_fault_backend> context({4, block});
     temp_path path("batch_merge_fails");

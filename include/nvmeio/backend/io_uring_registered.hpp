@@ -182,8 +182,9 @@ class ring_buffers final : public memory_pinner {
         has_later_.store(false, std::memory_order_relaxed);
         table_made_ = false;
         free_.clear();
-        // The caller's buffers stay (still in address order), filtered in place: nothing here may
-        // allocate, for nothing may throw.
+        // The caller's buffers stay (still in address order), filtered in place: the one
+        // allocation left here is refuse's message, once a process (make_table's free_ has had
+        // its room since add(), reserve_bookkeeping).
         regions_.erase(std::remove_if(regions_.begin(), regions_.end(),
                                       [](const region& r) { return r.pins != nullptr; }),
                        regions_.end());

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measurement behind core_paths.md, "One mechanism for unaligned edges" (edges_runs.txt):
+# The measurement behind core_paths.md, "One mechanism for unaligned edges" (edges_and_tails_runs.txt):
 # edges_bench.cpp built -O2 against BEFORE/include and AFTER/include (two source trees), run on a
 # file in DIR (any filesystem that takes O_DIRECT; no RAM device needed), interleaved in a
 # shuffled order per round; medians of wall and CPU (user + system) seconds of each, and of the

@@ -3,9 +3,10 @@
 /// Batched transfers: many `(buffer, length, offset)` requests on one file (every tensor of a
 /// model, every block of a KV cache) moved as one batch: sorted by offset, adjacent ones
 /// coalesced into large I/Os, all through one queue kept full (detail/batch_engine.hpp). Every
-/// request is tried and gets its own result. O_DIRECT: a request that does not continue the one
-/// before it in the file starts aligned; buffers and lengths may be anything. The whole
-/// contract: docs/GUARANTEES.md, section 5c.
+/// request is tried and gets its own result. The requests of a write may not share bytes (read
+/// requests may). O_DIRECT: a request that does not continue the one before it in the file starts
+/// aligned; buffers and lengths may be anything. The whole contract: docs/GUARANTEES.md, section
+/// 5c.
 
 #include <cstddef>
 #include <system_error>
@@ -73,7 +74,7 @@ template <class Context>
 }
 
 /// As above; sets `ec` to the first failed request's code instead of throwing, and the outcome
-/// records what happened to every request.
+/// records what happened to every request. A broken rule is still std::invalid_argument.
 template <class Context>
 [[nodiscard]] batch_outcome transfer_batch(Context& context, const file& f, operation op,
                                            const std::vector<batch_request>& requests,

@@ -63,12 +63,49 @@ inline std::size_t first_unaligned_start(const std::vector<batch_request>& reque
     return static_cast<std::size_t>(-1);
 }
 
-// Sorts and coalesces checked requests; throws std::invalid_argument for an
-// unaligned request that does not continue the one before it.
-inline std::vector<batch_group> plan_batch(const file& f,
+// A write's rule: the first two requests, in `order`, that share bytes (the
+// caller's lower index first); npos twice when none do. Each request starts
+// where the one before it starts or later, so two that share bytes make a pair
+// of neighbours that do, and neighbours are all it looks at.
+inline std::pair<std::size_t, std::size_t> first_overlap(const std::vector<batch_request>& requests,
+                                                         const std::vector<std::size_t>& order) {
+    for (std::size_t k = 1; k < order.size(); ++k) {
+        const batch_request& before = requests[order[k - 1]];
+        if (requests[order[k]].offset < before.offset + before.memory.size())
+            return std::minmax(order[k - 1], order[k]);
+    }
+    return {static_cast<std::size_t>(-1), static_cast<std::size_t>(-1)};
+}
+
+[[noreturn]] inline void throw_overlap(const file& f, const std::vector<batch_request>& requests,
+                                       std::pair<std::size_t, std::size_t> pair) {
+    const auto request = [&](std::size_t index) {
+        const batch_request& r = requests[index];
+        return std::to_string(index) + " (" + std::to_string(r.memory.size()) +
+               " bytes at offset " + std::to_string(r.offset) + ")";
+    };
+    const batch_request& a = requests[pair.first];
+    const batch_request& b = requests[pair.second];
+    const std::uint64_t from = std::max(a.offset, b.offset);
+    const std::uint64_t to = std::min(a.offset + a.memory.size(), b.offset + b.memory.size());
+    throw_invalid("batch requests " + request(pair.first) + " and " + request(pair.second) +
+                  " in '" + f.path() + "': they share bytes [" + std::to_string(from) + ", " +
+                  std::to_string(to) +
+                  "), and the requests of a write batch may not overlap (write them in "
+                  "batches of their own)");
+}
+
+// Sorts and coalesces checked requests; throws std::invalid_argument, before
+// any I/O, for write requests that share bytes and for an unaligned request
+// that does not continue the one before it.
+inline std::vector<batch_group> plan_batch(const file& f, operation op,
                                            const std::vector<batch_request>& requests,
                                            const batch_options& options) {
     const std::vector<std::size_t> order = file_order(requests);
+    if (op == operation::write) {
+        const std::pair<std::size_t, std::size_t> overlap = first_overlap(requests, order);
+        if (overlap.first != static_cast<std::size_t>(-1)) throw_overlap(f, requests, overlap);
+    }
     const std::size_t unit = f.is_direct() ? f.alignment().offset : 1;
     const std::size_t unaligned = first_unaligned_start(requests, order, unit);
     if (unaligned != static_cast<std::size_t>(-1)) {
@@ -177,7 +214,7 @@ struct merged_units {
 // starts on a unit, so its last one only) through the queue, staged
 // (detail/unit_edge.hpp: the same units and zeros as file::write_at merges).
 // Returns where the furthest padded write ends and where the file must end if
-// that is past its end.
+// that is past its end (the furthest caller's end of the writes that end there).
 template <class Context>
 std::pair<std::uint64_t, std::uint64_t> read_merged_units(Context& context, const file& f,
                                                           batch_wave& w, merged_units& merged,
@@ -220,10 +257,11 @@ std::pair<std::uint64_t, std::uint64_t> read_merged_units(Context& context, cons
         }
         zero_past_end(merged.bytes.data() + u * unit, units[u].bytes, unit);
         // A segment whose unit could not be read is not written, so nothing is cut back for it.
-        if (!s.failure && s.offset + s.length > furthest.first) {
-            furthest = {s.offset + s.length, padded_write_keep(s.offset + w.wanted[owners[u]],
-                                                               units[u].offset + units[u].bytes)};
-        }
+        // Of equal padded ends, the one whose caller's bytes reach furthest is kept.
+        const std::pair<std::uint64_t, std::uint64_t> end{
+            s.offset + s.length,
+            padded_write_keep(s.offset + w.wanted[owners[u]], units[u].offset + units[u].bytes)};
+        if (!s.failure) furthest = std::max(furthest, end);
     }
     return furthest;
 }
@@ -446,7 +484,7 @@ template <class Context>
 batch_outcome run_batch(Context& context, const file& f, operation op,
                         const std::vector<batch_request>& requests, const batch_options& options) {
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<batch_group> groups = plan_batch(f, requests, options);
+    const std::vector<batch_group> groups = plan_batch(f, op, requests, options);
     batch_outcome outcome;
     outcome.results.resize(requests.size());
     std::vector<std::size_t> all(groups.size());
@@ -468,7 +506,7 @@ batch_outcome spread_batch(Parallel& context, const file& f, operation op,
                            const std::vector<batch_request>& requests,
                            const batch_options& options) {
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<batch_group> groups = plan_batch(f, requests, options);
+    const std::vector<batch_group> groups = plan_batch(f, op, requests, options);
     const std::size_t unit = f.required_alignment();
     std::vector<std::size_t> spread_groups;  // groups moved in parallel
     std::vector<std::size_t> ragged;         // written groups ending off the alignment

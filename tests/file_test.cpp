@@ -116,6 +116,41 @@ BOOST_AUTO_TEST_CASE(error_code_open_reports_instead_of_throwing) {
     BOOST_TEST(!f.is_open());
 }
 
+BOOST_AUTO_TEST_CASE(reopen_moves_bytes_of_the_descriptors_file_after_another_took_its_name) {
+    temp_path path("reopen");
+    temp_path other("reopen-other");
+    nvmeio_test::spew_pattern(path.str(), 8192, 1);
+    nvmeio_test::spew_pattern(other.str(), 8192, 2);
+    const int fd = ::open(path.str().c_str(), O_RDONLY | O_CLOEXEC);
+    BOOST_REQUIRE(fd >= 0);
+    BOOST_REQUIRE(::rename(other.str().c_str(), path.str().c_str()) == 0);  // fd's file unlinked
+    {
+        file f = file::reopen(fd, open_mode::read_write, direct_io::automatic);
+        ::close(fd);
+        BOOST_TEST(contains(f.path(), path.str()));  // its name, now "... (deleted)"
+        std::vector<unsigned char> bytes(8192);
+        BOOST_TEST(f.read_at(memory(bytes), 0) == 8192u);
+        BOOST_TEST(nvmeio_test::holds_pattern(bytes.data(), bytes.size(), 1));
+        const std::vector<unsigned char> zeros(8192, 0);
+        f.write_at(memory(zeros), 0);
+    }
+    BOOST_TEST(nvmeio_test::holds_pattern(nvmeio_test::slurp(path.str()).data(), 8192, 2));
+}
+
+BOOST_AUTO_TEST_CASE(reopen_of_a_descriptor_not_open_is_ebadf_naming_it) {
+    const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ::close(fd);
+    for (const int bad : {fd, -1}) {
+        std::error_code ec;
+        file f = file::reopen(bad, open_mode::read, direct_io::off, ec);
+        BOOST_TEST((ec == std::errc::bad_file_descriptor));
+        BOOST_TEST(!f.is_open());
+        const std::string message = message_of<io_error>(
+            [bad] { (void)file::reopen(bad, open_mode::read, direct_io::off); });
+        BOOST_TEST(contains(message, "descriptor " + std::to_string(bad)), message);
+    }
+}
+
 BOOST_AUTO_TEST_CASE(moves_transfer_the_descriptor_and_close_exactly_once) {
     temp_path path("moves");
     const int before = nvmeio_test::open_fd_count();

@@ -88,6 +88,24 @@ class file {
         return result;
     }
 
+    /// Opens afresh the file that the caller's open descriptor `descriptor` refers to (its inode
+    /// through `/proc/self/fd`, whatever name the file has now), with `mode` and `direct` of its
+    /// own: a rename or replace of the file's path can never send these bytes to another file.
+    /// Messages name the file by the descriptor's path at this time. Throws as the constructor;
+    /// `io_error` EBADF for a descriptor that is not open (`open_mode::write` truncates the file).
+    [[nodiscard]] static file reopen(int descriptor, open_mode mode, direct_io direct) {
+        file result;
+        detail::throw_if(result.reopen_impl(descriptor, mode, direct));
+        return result;
+    }
+    /// `reopen`, reporting failure through `ec` instead of throwing.
+    [[nodiscard]] static file reopen(int descriptor, open_mode mode, direct_io direct,
+                                     std::error_code& ec) {
+        file result;
+        ec = result.reopen_impl(descriptor, mode, direct).code;
+        return result;
+    }
+
     /// The operating system's descriptor, or -1.
     [[nodiscard]] int native_handle() const noexcept { return fd_; }
     /// True while a file is open.
@@ -274,6 +292,8 @@ class file {
     friend io_failure detail::trim_write_padding(const file&, std::uint64_t, std::uint64_t);
 
     io_failure open_impl(std::string path, open_mode mode, direct_io direct);
+    // open_impl on /proc/self/fd/N, checked to be the descriptor's inode, then named by it.
+    io_failure reopen_impl(int descriptor, open_mode mode, direct_io direct);
     // open_impl's steps, in order; a step that fails after open(2) leaves the descriptor for
     // open_impl to close.
     //

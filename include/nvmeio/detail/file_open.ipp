@@ -100,6 +100,36 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
     return {};
 }
 
+inline io_failure file::reopen_impl(int descriptor, open_mode mode, direct_io direct) {
+    const std::string link = "/proc/self/fd/" + std::to_string(descriptor);
+    struct stat given {};
+    if (descriptor < 0 || ::fstat(descriptor, &given) != 0) {
+        const int error = descriptor < 0 ? EBADF : errno;
+        close_quietly();
+        path_ = std::make_shared<const std::string>(link);
+        return {detail::errno_code(error), "reopen of descriptor " + std::to_string(descriptor),
+                link, 0, 0};
+    }
+    if (io_failure failure = open_impl(link, mode, direct)) return failure;
+    // The magic link opens the descriptor's own inode; anything else (a /proc that is not
+    // procfs) is refused rather than written.
+    struct stat opened {};
+    if (::fstat(fd_, &opened) != 0 || opened.st_dev != given.st_dev ||
+        opened.st_ino != given.st_ino) {
+        close_quietly();
+        return {detail::errno_code(ESTALE),
+                "reopen of descriptor " + std::to_string(descriptor) + " (another file opened)",
+                link, 0, 0};
+    }
+    std::string name(4096, '\0');
+    const ssize_t n = ::readlink(link.c_str(), name.data(), name.size());
+    if (n > 0 && static_cast<std::size_t>(n) < name.size()) {
+        name.resize(static_cast<std::size_t>(n));
+        path_ = std::make_shared<const std::string>(std::move(name));
+    }
+    return {};
+}
+
 inline int file::open_descriptor(int flags) {
     const std::string& name = *path_;
     const auto open_with = [&](int extra) {

@@ -5,6 +5,7 @@ are computed, then the pickle, headers and central directory in one more), and t
 directory read back and checked, at any offset too.
 """
 
+import _compat_pickle
 import io
 import pickle
 import sys
@@ -243,6 +244,14 @@ def _weights_globals():
 _WEIGHTS_GLOBALS = None
 
 
+def _python3_name(module, name):
+    """(module, name) of a global as Python 3 knows it, from the name a protocol 2 pickle may
+    give it (pickle's own mapping, which an overridden find_class would otherwise skip)."""
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        return _compat_pickle.NAME_MAPPING[(module, name)]
+    return _compat_pickle.IMPORT_MAPPING.get(module, module), name
+
+
 class Unpickler(pickle.Unpickler):
     def __init__(self, file, path, weights_only, persistent_load):
         super().__init__(file, encoding="utf-8")
@@ -254,7 +263,11 @@ class Unpickler(pickle.Unpickler):
         return self._persistent_load(saved_id)
 
     def find_class(self, module, name):
-        module = {"__builtin__": "builtins", "torch.tensor": "torch._tensor"}.get(module, module)
+        # Python 2's names first, as pickle maps them for protocols below 3 (torch.save writes
+        # protocol 2): __builtin__.long is builtins.int, unicode str, xrange range, unichr chr;
+        # then modules torch renamed.
+        module, name = _python3_name(module, name)
+        module = {"torch.tensor": "torch._tensor"}.get(module, module)
         # torch 2 pickles the storages of tensors rebuilt by _rebuild_tensor_v3 (dtypes without
         # a typed storage class: uint16/32/64, float8...) as torch.storage.UntypedStorage.
         if module in ("torch", "torch.storage") and isinstance(name, str) and \

@@ -590,3 +590,18 @@ def test_untyped_storages_load_with_weights_only(workdir):
     nvmeio_torch.save({"s": untyped}, path)
     loaded = nvmeio_torch.load(path)["s"]
     assert bytes(loaded) == bytes(torch.load(path)["s"])
+
+
+@pytest.mark.parametrize("value", [int, str, range, chr], ids=lambda v: v.__name__)
+def test_python_2_names_of_builtins_in_protocol_2_pickles_load(workdir, value):
+    # A protocol 2 pickle names int as __builtin__.long, str as unicode, range as xrange, chr
+    # as unichr: pickle maps them back, and so must load, before its weights_only check.
+    path = os.path.join(workdir, "builtins.pt")
+    torch.save({"cast": value, "w": torch.ones(2)}, path)
+    loaded = nvmeio_torch.load(path, weights_only=False)
+    assert loaded["cast"] is value and torch.equal(loaded["w"], torch.ones(2))
+    if value is range:  # allowed by weights_only, under its Python 3 name
+        assert nvmeio_torch.load(path)["cast"] is range
+    else:
+        with pytest.raises(pickle.UnpicklingError, match=f"builtins.{value.__name__}"):
+            nvmeio_torch.load(path)

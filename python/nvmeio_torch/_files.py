@@ -7,6 +7,7 @@ import os
 import secrets
 import stat
 import threading
+import weakref
 
 from . import _C
 
@@ -42,6 +43,34 @@ def open_regular(path):
     except BaseException:
         os.close(fd)
         raise
+
+
+class opened:
+    """A file opened once for reading (``open_regular``): ``fd``, ``path`` (for messages) and
+    ``size``, from the descriptor. A loader reads every byte through ``fd`` (the handle reopens
+    it through /proc/self/fd, never by name), so a file replaced atomically while it loads (as
+    ``save`` replaces one) is read whole, the old one or the new one, never a mix. Closed by
+    ``close()``, at the end of a ``with`` block, or when it is garbage-collected."""
+
+    def __init__(self, path):
+        self.path = os.fsdecode(os.fspath(path))
+        self.fd = open_regular(self.path)
+        self._closer = weakref.finalize(self, os.close, self.fd)
+        self.size = os.fstat(self.fd).st_size
+
+    def close(self):
+        self._closer()
+
+    @property
+    def closed(self):
+        return not self._closer.alive
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
 
 @contextlib.contextmanager
@@ -150,13 +179,15 @@ class draining:
 
 
 class spans:
-    """File ranges to be read into one arena of aligned memory that the caller's tensors then
-    view: each range widened to ALIGN (clipped at the file's end, so that it reads with
-    O_DIRECT) and merged with those it meets; the intervals laid one after another in the arena,
-    each at an aligned offset. ``read_spans`` reads them."""
+    """Ranges of an ``opened`` file to be read into one arena of aligned memory that the
+    caller's tensors then view: each range widened to ALIGN (clipped at the file's end, so that
+    it reads with O_DIRECT) and merged with those it meets; the intervals laid one after another
+    in the arena, each at an aligned offset. ``read_spans`` reads them through the file's
+    descriptor."""
 
-    def __init__(self, path, ranges, file_size):
-        self.path = path
+    def __init__(self, file, ranges):
+        self.file = file
+        file_size = file.size
         merged = []
         for start, end in sorted(ranges):
             start, end = align_down(start), min(align_up(end), file_size)
@@ -195,7 +226,7 @@ def read_spans(handle, reads):
         for r in reads:
             buffers, offsets = r.requests()
             if buffers:
-                handle.async_pread_batch(buffers, r.path, offsets)
+                handle.async_pread_batch(buffers, r.file.fd, offsets)
                 queue.pending = True
 
 

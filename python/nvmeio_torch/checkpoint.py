@@ -123,8 +123,8 @@ def _places_on_gpu(map_location, restore_location, pickled):
     return b"cuda" in pickled
 
 
-def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, file_size,
-                        restore_location, weights_only, handle):
+def _load_through_rings(file, pickled, data_entries, data_prefix, span_ends, restore_location,
+                        weights_only, handle):
     """load when storages go to GPUs: each storage is made where map_location puts it (a
     callable one is asked with an empty storage, once per storage) and its record is read
     straight into it through the staging ring of its device (``_staged``), the CPU's with the
@@ -133,8 +133,9 @@ def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, fil
     from ._files import read_spans, spans
 
     # The data records' local headers, for where each one's data starts.
-    headers = spans(path, [(e.header_offset, e.header_offset + _zip.LOCAL_HEADER_SIZE)
-                           for e in data_entries.values()], file_size)
+    path = file.path
+    headers = spans(file, [(e.header_offset, e.header_offset + _zip.LOCAL_HEADER_SIZE)
+                           for e in data_entries.values()])
     read_spans(handle, [headers])
 
     def data_offset(e):
@@ -149,7 +150,7 @@ def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, fil
                              "nvmeio_torch.load restores to the CPU and CUDA devices")
         flat = torch.empty(nbytes, dtype=torch.uint8, device=device)
         if nbytes:
-            items.append((path, data_offset(e), flat, e.name))
+            items.append((file.fd, data_offset(e), flat, e.name))
         return _torch_zip.untyped_of(flat)
 
     persistent_load = _torch_zip.persistent_loader(path, data_entries, data_prefix, storage_of)
@@ -159,14 +160,14 @@ def _load_through_rings(path, pickled, data_entries, data_prefix, span_ends, fil
     return result
 
 
-def _load_into_arena(path, pickled, data_entries, data_prefix, span_ends, file_size,
-                     restore_location, weights_only, handle):
+def _load_into_arena(file, pickled, data_entries, data_prefix, span_ends, restore_location,
+                     weights_only, handle):
     """load when storages stay on the CPU: every data record's extent is read into one arena
     in one batch, and each storage views its record there (restore_location then places it)."""
     from ._files import read_spans, spans
 
-    data = spans(path, [(e.header_offset, span_ends[id(e)]) for e in data_entries.values()],
-                 file_size)
+    path = file.path
+    data = spans(file, [(e.header_offset, span_ends[id(e)]) for e in data_entries.values()])
     read_spans(handle, [data])
 
     def storage_of(e, nbytes, location):
@@ -194,13 +195,14 @@ def _record_bytes(e, read, span_ends, path):
     return read.arena.numpy()[at:at + e.size]
 
 
-def _read_pickle(path, pickle_entry, byteorder, span_ends, file_size, handle):
+def _read_pickle(file, pickle_entry, byteorder, span_ends, handle):
     """The pickle's bytes, read with the byte order's record into a small arena; ValueError
     when the file was saved with another byte order than this machine's."""
     from ._files import read_spans, spans
 
+    path = file.path
     small_entries = [pickle_entry] + ([byteorder] if byteorder else [])
-    small = spans(path, [(e.header_offset, span_ends[id(e)]) for e in small_entries], file_size)
+    small = spans(file, [(e.header_offset, span_ends[id(e)]) for e in small_entries])
     read_spans(handle, [small])
     if byteorder is not None:
         raw = _record_bytes(byteorder, small, span_ends, path).tobytes()
@@ -211,14 +213,17 @@ def _read_pickle(path, pickle_entry, byteorder, span_ends, file_size, handle):
     return _record_bytes(pickle_entry, small, span_ends, path).tobytes()
 
 
-def _load_legacy(path, head, map_location, weights_only):
-    """load of a file that is no zip archive: a legacy torch file goes to torch.load when
-    weights_only is False; anything else raises ValueError saying what the file is."""
+def _load_legacy(file, head, map_location, weights_only):
+    """load of a file that is no zip archive: a legacy torch file goes to torch.load (reading
+    the file already open) when weights_only is False; anything else raises ValueError saying
+    what the file is."""
+    path = file.path
     if head[:2] == b"\x80\x02" or head[:1] == b"\x80":
         if not weights_only:  # said to torch too: from torch 2.6 its default is True
             trusted = ({"weights_only": False} if "weights_only" in
                        inspect.signature(torch.load).parameters else {})
-            return torch.load(path, map_location=map_location, **trusted)
+            with os.fdopen(os.dup(file.fd), "rb") as f:
+                return torch.load(f, map_location=map_location, **trusted)
         raise ValueError(
             f"{path}: a legacy (non-zip) torch checkpoint, written with "
             "_use_new_zipfile_serialization=False; nvmeio_torch.load reads the zip format "
@@ -251,26 +256,26 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
     Raises OSError (errno, path) for I/O failures and ValueError naming the file for a
     malformed archive.
     """
-    from ._files import handle_or_default, open_regular
+    from ._files import handle_or_default, opened
 
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"nvmeio_torch.load: path must be a file name, not {type(path).__name__}"
                         " (torch.load reads file objects)")
     path = os.fsdecode(os.fspath(path))
     restore_location = _restore_location(map_location)
-    with open(open_regular(path), "rb") as f:
-        file_size = os.fstat(f.fileno()).st_size
-        head = os.pread(f.fileno(), 4, 0)
+    # Opened once: the directory, the pickle and every storage are read through this
+    # descriptor, so a file replaced meanwhile is loaded whole, the old one or the new one.
+    with opened(path) as file:
+        head = os.pread(file.fd, 4, 0)
         if not _is_zip(head):
-            return _load_legacy(path, head, map_location, weights_only)
+            return _load_legacy(file, head, map_location, weights_only)
         pickle_entry, byteorder, data_entries, data_prefix, span_ends = _torch_zip.directory(
-            f.fileno(), path, file_size)
-
-    # The pickle's (and byte order's) extents into a small arena; then the storages: read into
-    # one arena they view when they stay on the CPU, else through the GPUs' staging rings.
-    handle = handle_or_default(handle)
-    pickled = _read_pickle(path, pickle_entry, byteorder, span_ends, file_size, handle)
-    on_gpu = _places_on_gpu(map_location, restore_location, pickled)
-    load_storages = _load_through_rings if on_gpu else _load_into_arena
-    return load_storages(path, pickled, data_entries, data_prefix, span_ends, file_size,
-                         restore_location, weights_only, handle)
+            file.fd, path, file.size)
+        # The pickle's (and byte order's) extents into a small arena; then the storages: read
+        # into one arena they view when they stay on the CPU, else through the GPUs' rings.
+        handle = handle_or_default(handle)
+        pickled = _read_pickle(file, pickle_entry, byteorder, span_ends, handle)
+        on_gpu = _places_on_gpu(map_location, restore_location, pickled)
+        load_storages = _load_through_rings if on_gpu else _load_into_arena
+        return load_storages(file, pickled, data_entries, data_prefix, span_ends,
+                             restore_location, weights_only, handle)

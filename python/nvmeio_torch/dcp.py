@@ -452,8 +452,9 @@ class FileSystemReader(_storage.StorageReader):
         """The items of one file in batches of reads, each followed by the copies DCP asks
         for: one batch, unless the records read into buffers (those not going straight into
         their destinations) pass _BUFFERED bytes, so that the buffers held at once stay near
-        it."""
-        from ._files import open_regular
+        it. The file is opened once: its records and every byte read come through that
+        descriptor."""
+        from ._files import opened
         from ._staged import _bytes_view
 
         reads, after, records = [], [], {}
@@ -461,15 +462,15 @@ class FileSystemReader(_storage.StorageReader):
 
         def flush():
             if reads:
-                self._handle.sync_pread_batch([t for t, _ in reads], path, [o for _, o in reads])
+                self._handle.sync_pread_batch([t for t, _ in reads], fd, [o for _, o in reads])
             for step in after:
                 step()
             reads.clear()
             after.clear()
             records.clear()
 
-        with open(open_regular(path), "rb") as f:
-            fd = f.fileno()
+        with opened(path) as file:
+            fd = file.fd
             for info, item in items:
                 if buffered >= _BUFFERED:
                     flush()
@@ -507,4 +508,4 @@ class FileSystemReader(_storage.StorageReader):
                     target.copy_(source)
                     planner.commit_tensor(item, target)
                 after.append(copy)
-        flush()
+            flush()

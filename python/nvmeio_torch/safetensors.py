@@ -22,6 +22,7 @@ contiguous instead of refusing them; tensors that share memory are refused with 
 ``ValueError`` (the package raises ``RuntimeError``).
 """
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -35,7 +36,7 @@ import torch
 
 from . import _C, _staged
 from ._files import ALIGN as _ALIGN, align_down as _align_down, align_up as _align_up, \
-    atomic_file, draining, handle_or_default, open_regular, read_spans, spans
+    atomic_file, draining, handle_or_default, open_regular, opened, read_spans, spans
 
 __all__ = ["SafetensorError", "load_file", "load_files", "safe_open", "save_file", "stream"]
 
@@ -86,11 +87,13 @@ class _Entry:
 
 
 class _Header:
-    """A checked header: entries in file order, the data section's start, the file's identity."""
+    """A checked header: entries in file order, the data section's start, the file's identity,
+    and the file it was read from (``_files.opened``), through which every byte is then read."""
 
-    def __init__(self, path, file_size, data_start, entries, metadata, identity=None):
-        self.path = path
-        self.file_size = file_size
+    def __init__(self, file, data_start, entries, metadata, identity=None):
+        self.file = file
+        self.path = file.path
+        self.file_size = file.size
         self.data_start = data_start
         self.entries = entries  # OrderedDict name -> _Entry, by offset
         self.metadata = metadata
@@ -188,12 +191,14 @@ def _pread_exact(fd, path, length, offset):
 
 
 def _read_header(path):
-    """Reads and checks a file's header (small buffered reads; the data is read by nvmeio)."""
+    """Opens a file and reads and checks its header (small buffered reads; the data is read by
+    nvmeio through the same descriptor, which the returned header holds)."""
     path = os.fspath(path)
-    fd = open_regular(path)
+    file = opened(path)
+    fd = file.fd
     try:
         st = os.fstat(fd)
-        size = st.st_size
+        size = file.size
         if size < 8:
             _fail(path, f"the file has {size} bytes, fewer than the 8 of the header length")
         (length,) = struct.unpack("<Q", _pread_exact(fd, path, 8, 0))
@@ -202,19 +207,30 @@ def _read_header(path):
         if 8 + length > size:
             _fail(path, f"header length {length} runs past the end of the file ({size} bytes)")
         text = _pread_exact(fd, path, length, 8)
-    finally:
-        os.close(fd)
-    entries, metadata, data_len = _parse_header(path, text)
-    data_start = 8 + length
-    if data_start + data_len != size:
-        if entries and data_start + data_len > size:
-            last = entries[-1]
-            _fail(path, f"data_offsets [{last.begin}, {last.end}] run past the end of the data "
-                  f"({size - data_start} bytes)", last.name)
-        _fail(path, f"the tensors end at byte {data_start + data_len} but the file has {size}")
+        entries, metadata, data_len = _parse_header(path, text)
+        data_start = 8 + length
+        if data_start + data_len != size:
+            if entries and data_start + data_len > size:
+                last = entries[-1]
+                _fail(path, f"data_offsets [{last.begin}, {last.end}] run past the end of the "
+                      f"data ({size - data_start} bytes)", last.name)
+            _fail(path, f"the tensors end at byte {data_start + data_len} but the file has {size}")
+    except BaseException:
+        file.close()
+        raise
     identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    return _Header(path, size, data_start,
-                   OrderedDict((entry.name, entry) for entry in entries), metadata, identity)
+    return _Header(file, data_start, OrderedDict((entry.name, entry) for entry in entries),
+                   metadata, identity)
+
+
+@contextlib.contextmanager
+def _closing(headers):
+    """Closes the headers' files when the block ends."""
+    try:
+        yield headers
+    finally:
+        for header in headers:
+            header.file.close()
 
 
 # ---- writing -----------------------------------------------------------------------------------
@@ -345,18 +361,19 @@ def _torch_dtype(header, entry):
 
 
 def _view(header, entry, arena, arena_offset):
-    """The tensor ``entry`` as a view of ``arena``, which holds the file from byte
-    ``arena_offset``; copied only where its offset in the arena is off its element size."""
+    """The tensor ``entry`` over its bytes in ``arena``, which holds the file from byte
+    ``arena_offset``, with a storage of exactly those bytes (``_C.own_storage``: the rest of
+    the arena is neither saved with it nor reachable through ``resize_``); copied only where
+    its offset in the arena is off its element size."""
     dtype = _torch_dtype(header, entry)
     if entry.nbytes == 0:
         return torch.empty(entry.shape, dtype=dtype)
     at = header.data_start + entry.begin - arena_offset
-    piece = arena[at:at + entry.nbytes]
     if at % (_BITS[entry.dtype] // 8):
         tensor = torch.empty(entry.shape, dtype=dtype)
-        tensor.reshape(-1).view(torch.uint8).copy_(piece)
+        tensor.reshape(-1).view(torch.uint8).copy_(arena[at:at + entry.nbytes])
         return tensor
-    return piece.view(dtype).view(entry.shape)
+    return _C.own_storage(arena, at, entry.nbytes).view(dtype).view(entry.shape)
 
 
 def _span(header, begin, end):
@@ -365,10 +382,12 @@ def _span(header, begin, end):
 
 
 def _check_unchanged(header):
-    st = os.stat(header.path)
+    """ESTALE where the file was written or resized in place since its header was read (one
+    replaced under its name is not: its bytes are still read through the header's descriptor)."""
+    st = os.fstat(header.file.fd)
     if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != header.identity:
-        raise OSError(errno.ESTALE, "the file changed (replaced, resized or written) since its "
-                      "header was read", header.path)
+        raise OSError(errno.ESTALE, "the file changed (resized or written) since its header was "
+                      "read", header.path)
 
 
 def _to_device(headers, device, names=None, max_bytes=None):
@@ -382,7 +401,7 @@ def _to_device(headers, device, names=None, max_bytes=None):
                 continue
             tensor = torch.empty(entry.shape, dtype=_torch_dtype(header, entry), device=device)
             tensors.append((name, tensor))
-            items.append((header.path, header.data_start + entry.begin, tensor, name))
+            items.append((header.file.fd, header.data_start + entry.begin, tensor, name))
     for i in _staged.completions("read", items, device, max_bytes=max_bytes):
         yield tensors[i]
     for header in headers:
@@ -399,7 +418,7 @@ def _load(headers, device, handle):
         loaded = dict(_to_device(headers, device))
         return {name: loaded[name] for header in headers for name in header.entries}
     handle = handle_or_default(handle)
-    reads = [spans(header.path, [(header.data_start, header.file_size)], header.file_size)
+    reads = [spans(header.file, [(header.data_start, header.file_size)])
              if header.file_size > header.data_start else None for header in headers]
     read_spans(handle, [r for r in reads if r is not None])
     arenas = [(None, 0) if r is None else (r.arena, r.intervals[0][0]) for r in reads]
@@ -426,7 +445,9 @@ def load_file(filename, device="cpu", *, handle=None):
     An arena of 32 MiB or more is brought into use by up to 8 helper threads while the reads go
     (``_files.populating``).
     """
-    return _load([_read_header(filename)], _device(device), handle)
+    device = _device(device)
+    with _closing([_read_header(filename)]) as headers:
+        return _load(headers, device, handle)
 
 
 class safe_open:
@@ -449,6 +470,8 @@ class safe_open:
         return self
 
     def __exit__(self, *exc):
+        if self._header is not None:
+            self._header.file.close()
         self._header = None
         self._handle = None
 
@@ -466,7 +489,7 @@ class safe_open:
 
     def _read(self, header, begin, end):
         """File bytes [begin, end) as (arena, file offset of the arena's first byte)."""
-        read = spans(header.path, [(begin, end)], header.file_size)
+        read = spans(header.file, [(begin, end)])
         self._handle = handle_or_default(self._handle)
         read_spans(self._handle, [read])
         arena, start = read.arena, read.intervals[0][0]
@@ -599,14 +622,27 @@ def _gather(index_or_paths):
         source = None
         paths = [os.fspath(path) for path in index_or_paths]
     headers, owner = [], {}
-    for path in paths:
-        try:
-            header = _read_header(path)
-        except FileNotFoundError as error:
-            if expected is None:
-                raise
-            raise FileNotFoundError(error.errno, f"a shard named in {source} is missing",
-                                    path) from None
+    try:
+        for path in paths:
+            _gather_one(path, source, expected, headers, owner)
+    except BaseException:
+        for header in headers:
+            header.file.close()
+        raise
+    return headers
+
+
+def _gather_one(path, source, expected, headers, owner):
+    """_gather's step for one file: its header, checked against the others and the index,
+    appended to ``headers`` (its file closed on a failure)."""
+    try:
+        header = _read_header(path)
+    except FileNotFoundError as error:
+        if expected is None:
+            raise
+        raise FileNotFoundError(error.errno, f"a shard named in {source} is missing",
+                                path) from None
+    try:
         for name in header.entries:
             if name in owner:
                 _fail(path, f"the tensor is also in {owner[name]}", name)
@@ -617,8 +653,10 @@ def _gather(index_or_paths):
             for name in sorted(expected[path] - set(header.entries)):
                 _fail(path, f"the index {source} puts the tensor in this shard; it is not there",
                       name)
-        headers.append(header)
-    return headers
+    except BaseException:
+        header.file.close()
+        raise
+    headers.append(header)
 
 
 def load_files(index_or_paths, device="cpu", *, handle=None):
@@ -628,7 +666,9 @@ def load_files(index_or_paths, device="cpu", *, handle=None):
     All headers are read and checked before any data; every shard is then read as ``load_file``
     reads one (one arena per shard that its tensors view), all shards' reads in flight at once.
     """
-    return _load(_gather(index_or_paths), _device(device), handle)
+    device = _device(device)
+    with _closing(_gather(index_or_paths)) as headers:
+        return _load(headers, device, handle)
 
 
 class _Chunk:
@@ -709,11 +749,22 @@ def stream(index_or_paths, max_bytes=256 << 20, device="cpu", *, handle=None, ob
     as soon as its bytes are there; only ``"yield"`` and ``"close"`` are observed.
     """
     headers = _gather(index_or_paths)
-    chunks = _plan_chunks(headers, max_bytes)
-    device = _device(device)
+    try:
+        chunks = _plan_chunks(headers, max_bytes)
+        device = _device(device)
+    except BaseException:
+        for header in headers:
+            header.file.close()
+        raise
     if device.type != "cpu":
-        return _stream_to_device(chunks, max_bytes, device, observe)
-    return _stream(chunks, max_bytes, device, handle, observe)
+        return _closed_at_end(headers, _stream_to_device(chunks, max_bytes, device, observe))
+    return _closed_at_end(headers, _stream(chunks, max_bytes, device, handle, observe))
+
+
+def _closed_at_end(headers, tensors):
+    """The generator ``tensors``, the headers' files closed once it ends or is closed."""
+    with _closing(headers):
+        yield from tensors
 
 
 def _stream_to_device(chunks, max_bytes, device, observe):
@@ -848,7 +899,7 @@ def _stream(chunks, max_bytes, device, handle, observe):
             if arena is None:
                 return False
             handle.async_pread_batch([arena.tensor[:chunk.stop - chunk.start]],
-                                     chunk.header.path, [chunk.start])
+                                     chunk.header.file.fd, [chunk.start])
             queue.pending = True
         held.append(_Held(i, arena, arena is None))
         note("submit", chunk=i, bytes=0 if arena is None else arena.nbytes,

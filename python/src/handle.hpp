@@ -15,8 +15,9 @@
 ///    batch front end, which stages the bytes through a few aligned slots on the same workers;
 ///  - everything else straight between the tensor and the file.
 ///
-/// Lifetimes: a pending request holds its tensor; only the thread that calls `wait` or destroys
-/// the handle lets go of it (module.cpp does that with the GIL held), never the dispatcher.
+/// Lifetimes: a pending request holds its tensors and their storages (storage_hold.hpp); only
+/// the thread that calls `wait` or destroys the handle lets go of them (module.cpp does that
+/// with the GIL held), never the dispatcher.
 ///
 /// fork: the dispatcher and the workers exist only in the creating process. In a child every
 /// call throws std::logic_error, and destroying the handle there abandons its state (nothing
@@ -50,7 +51,9 @@
 
 #include <torch/types.h>
 
+#include "file_source.hpp"
 #include "pinned.hpp"
+#include "storage_hold.hpp"
 
 namespace nvmeio_torch {
 
@@ -69,6 +72,7 @@ struct handle_settings {
 struct request {
     nvmeio::operation op = nvmeio::operation::read;
     std::vector<torch::Tensor> tensors;  // kept alive while pending; released by the waiting thread
+    storage_hold storages;               // their storages, alive and not resizable while pending
     std::vector<nvmeio::batch_request> pieces;  // one per tensor: its bytes and file offset
     bool batch = false;
     nvmeio::file file;
@@ -138,49 +142,26 @@ inline std::unique_ptr<mover> make_mover(const handle_settings& s) {
 
 }  // namespace detail
 
-/// Opens `path` for `op` as the request's pieces and `block_size` blocks need it: O_DIRECT where
-/// the filesystem and the alignment allow, uncached (else buffered) otherwise. Writes never
-/// truncate.
-inline nvmeio::file open_for(const std::string& path, nvmeio::operation op,
+/// Opens `source` for `op` as the request's pieces and `block_size` blocks need it: O_DIRECT
+/// where the filesystem and the alignment allow, uncached (else buffered) otherwise. Writes
+/// never truncate. A descriptor is reopened through /proc/self/fd, never by its name
+/// (file_source.hpp), so that a write cannot land in a file renamed over its old name.
+inline nvmeio::file open_for(const file_source& source, nvmeio::operation op,
                              const std::vector<nvmeio::batch_request>& pieces,
                              std::size_t block_size) {
     const nvmeio::open_mode mode =
         op == nvmeio::operation::read ? nvmeio::open_mode::read : nvmeio::open_mode::read_write;
-    nvmeio::file f(path, mode, nvmeio::direct_io::automatic);
+    nvmeio::file f = open_source(source, mode, nvmeio::direct_io::automatic);
     const nvmeio::dio_alignment& a = f.alignment();
     if (f.is_direct() && (!nvmeio::offsets_fit_direct(pieces, a.offset) ||
                           !nvmeio::is_aligned(block_size, a.strictest()))) {
         // Uncached where the kernel has it (the tensor's bytes do not stay in the page cache,
         // as they would not with O_DIRECT), else buffered.
         std::error_code refused;
-        f = nvmeio::file::open(path, mode, nvmeio::direct_io::uncached, refused);
-        if (refused) f = nvmeio::file(path, mode, nvmeio::direct_io::off);
+        f = open_source(source, mode, nvmeio::direct_io::uncached, refused);
+        if (refused) f = open_source(source, mode, nvmeio::direct_io::off);
     }
     return f;
-}
-
-/// The path a caller's open descriptor refers to, for opening the file afresh (so that a
-/// write-only or O_APPEND descriptor does not decide how nvmeio moves the bytes): its name when
-/// that still names the same file, else `/proc/self/fd/N`. Throws io_error (EBADF) for a
-/// descriptor that is not open.
-inline std::string path_of_descriptor(int fd, nvmeio::operation op, std::uint64_t offset) {
-    struct stat by_fd {};
-    if (fd < 0 || ::fstat(fd, &by_fd) != 0) {
-        throw nvmeio::io_error({std::error_code(fd < 0 ? EBADF : errno, std::generic_category()),
-                                std::string(to_string(op)) + " to descriptor " + std::to_string(fd),
-                                "", offset, 0});
-    }
-    const std::string proc = "/proc/self/fd/" + std::to_string(fd);
-    std::string name(4096, '\0');
-    const ssize_t n = ::readlink(proc.c_str(), name.data(), name.size());
-    if (n <= 0 || static_cast<std::size_t>(n) >= name.size()) return proc;
-    name.resize(static_cast<std::size_t>(n));
-    struct stat by_name {};
-    if (::stat(name.c_str(), &by_name) != 0 || by_name.st_dev != by_fd.st_dev ||
-        by_name.st_ino != by_fd.st_ino) {
-        return proc;
-    }
-    return name;
 }
 
 /// DeepSpeed's aio_handle. Thread-safety: any method from any thread; calls that submit and

@@ -29,6 +29,31 @@
 namespace py = pybind11;
 using namespace pybind11::literals;
 
+// A file argument: a path (str), or an open descriptor (int) that is reopened through
+// /proc/self/fd, never by name (file_source.hpp). Anything else is a TypeError.
+namespace pybind11::detail {
+template <>
+struct type_caster<nvmeio_torch::file_source> {
+    PYBIND11_TYPE_CASTER(nvmeio_torch::file_source, const_name("str | int"));
+    bool load(handle source, bool) {
+        if (PyUnicode_Check(source.ptr())) {
+            value = nvmeio_torch::file_source::named(source.cast<std::string>());
+            return true;
+        }
+        if (!PyLong_Check(source.ptr()) || PyBool_Check(source.ptr())) return false;
+        int overflow = 0;
+        const long fd = PyLong_AsLongAndOverflow(source.ptr(), &overflow);
+        if (overflow != 0 || fd < std::numeric_limits<int>::min() ||
+            fd > std::numeric_limits<int>::max()) {
+            PyErr_Clear();
+            return false;
+        }
+        value = nvmeio_torch::file_source::of_descriptor(static_cast<int>(fd));
+        return true;
+    }
+};
+}  // namespace pybind11::detail
+
 namespace nvmeio_torch {
 namespace {
 
@@ -64,6 +89,7 @@ std::unique_ptr<request> make_request(nvmeio::operation op, const torch::Tensor&
         [] { return std::string("file_offset"); }));
     r->tensors.push_back(buffer);
     check_memory(op, r->tensors, r->pieces, method, [](std::size_t) { return "the buffer"; });
+    r->storages = storage_hold(r->tensors);
     r->validate = validate;
     return r;
 }
@@ -87,6 +113,7 @@ std::unique_ptr<request> make_batch(nvmeio::operation op, const std::vector<torc
     r->tensors = tensors;
     check_memory(op, r->tensors, r->pieces, method,
                  [](std::size_t i) { return "tensor " + std::to_string(i); });
+    r->storages = storage_hold(r->tensors);
     return r;
 }
 
@@ -107,25 +134,16 @@ class py_handle {
 
     // Opens the file (GIL released: an open can block) and queues or runs the request. Locals
     // go in reverse order: `unlocked` takes the GIL back before `released` lets go of tensors.
-    int start(std::unique_ptr<request> r, const std::string& path, bool async) {
+    int start(std::unique_ptr<request> r, const file_source& source, bool async) {
         handle_.require_usable();  // before the open, which may create the file
         request_list released;
         py::gil_scoped_release unlocked;
-        r->file = open_for(path, r->op, r->pieces, handle_.settings().block_size);
+        r->file = open_for(source, r->op, r->pieces, handle_.settings().block_size);
         if (async) {
             handle_.submit(std::move(r));
             return 0;
         }
         return handle_.run(std::move(r), released);
-    }
-
-    int start_on_descriptor(std::unique_ptr<request> r, int fd) {
-        std::string path;
-        {
-            py::gil_scoped_release unlocked;
-            path = path_of_descriptor(fd, r->op, r->pieces.front().offset);
-        }
-        return start(std::move(r), path, true);
     }
 
     int wait() {
@@ -138,9 +156,11 @@ class py_handle {
     // in the call itself, after the requests queued before it have finished; an async call
     // returns 0 and leaves those and itself for the next wait() to count.
     int start_staged(nvmeio::operation op, const std::vector<torch::Tensor>& tensors,
-                     const std::vector<std::int64_t>& offsets, const std::string& path, bool async,
-                     const char* method) {
+                     const std::vector<std::int64_t>& offsets, const file_source& source,
+                     bool async, const char* method) {
         handle_.require_usable();
+        // Released after the ring's copies (declared before `unlocked`, so with the GIL).
+        const storage_hold held(tensors);
         int device = -1;
         std::vector<nvmeio::staged_range> ranges;
         for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -191,7 +211,7 @@ class py_handle {
                 r.block_size = s.block_size;
                 ring = make_staging_ring(r);
             }
-            auto job = ring->start(op, {path}, std::move(ranges), false);
+            auto job = ring->start(op, {source}, std::move(ranges), false);
             while (job->pending())
                 (void)job->advance();
         }
@@ -267,7 +287,7 @@ int one_shot(nvmeio::operation op, const torch::Tensor& buffer, const std::strin
     py_handle h(settings_from(block_size, queue_depth, single_submit, overlap_events, 1, "libaio"));
     h.start(make_request(op, buffer, 0, validate,
                          op == nvmeio::operation::read ? "aio_read" : "aio_write"),
-            filename, false);
+            file_source::named(filename), false);
     return 0;
 }
 
@@ -292,10 +312,12 @@ void def_transfers(py::class_<py_handle>& c) {
                         bool validate, std::int64_t file_offset) {
                 if (buffer.defined() && buffer.is_cuda()) {
                     refuse_validate(validate, plain);
-                    h.start_staged(op, {buffer}, {file_offset}, filename, false, plain);
+                    h.start_staged(op, {buffer}, {file_offset}, file_source::named(filename), false,
+                                   plain);
                     return 0;
                 }
-                h.start(make_request(op, buffer, file_offset, validate, plain), filename, false);
+                h.start(make_request(op, buffer, file_offset, validate, plain),
+                        file_source::named(filename), false);
                 return 0;
             },
             "buffer"_a, "filename"_a, "validate"_a, "file_offset"_a = 0);
@@ -306,10 +328,11 @@ void def_transfers(py::class_<py_handle>& c) {
                          bool validate, bool async, std::int64_t file_offset) {
                 if (buffer.defined() && buffer.is_cuda()) {
                     refuse_validate(validate, either);
-                    return h.start_staged(op, {buffer}, {file_offset}, filename, async, either);
+                    return h.start_staged(op, {buffer}, {file_offset}, file_source::named(filename),
+                                          async, either);
                 }
-                return h.start(make_request(op, buffer, file_offset, validate, either), filename,
-                               async);
+                return h.start(make_request(op, buffer, file_offset, validate, either),
+                               file_source::named(filename), async);
             },
             "buffer"_a, "filename"_a, "validate"_a, "async"_a, "file_offset"_a = 0);
         for (const bool async : {false, true}) {
@@ -318,7 +341,7 @@ void def_transfers(py::class_<py_handle>& c) {
             c.def(
                 name,
                 [op, async, name](py_handle& h, const torch::Tensor& buffer,
-                                  const std::string& filename, std::int64_t file_offset) {
+                                  const file_source& filename, std::int64_t file_offset) {
                     if (buffer.defined() && buffer.is_cuda()) {
                         return h.start_staged(op, {buffer}, {file_offset}, filename, async, name);
                     }
@@ -333,7 +356,7 @@ void def_transfers(py::class_<py_handle>& c) {
             c.def(
                 name,
                 [op, async, name](py_handle& h, const std::vector<torch::Tensor>& tensors,
-                                  const std::string& filename,
+                                  const file_source& filename,
                                   const std::vector<std::int64_t>& offsets) {
                     if (any_cuda(tensors)) {
                         if (tensors.size() != offsets.size()) {
@@ -394,6 +417,7 @@ void def_locked_tensors(Class& c) {
 // copies. One thread at a time: a second gets a RuntimeError.
 struct py_staged_job {
     py::object keep;
+    storage_hold held;  // the storages of the tensors in `keep`
     std::unique_ptr<staged_job> job;
     std::atomic<bool> busy{false};
 
@@ -441,6 +465,7 @@ struct py_staged_job {
             py::gil_scoped_release unlocked;  // waits for copies in flight
             ending.reset();
         }
+        held.release();
         keep = py::none();
     }
 };
@@ -528,7 +553,7 @@ void def_staged(py::module_& m) {
         .def(
             "start",
             [](staging_ring_base& ring, const std::string& op,
-               const std::vector<std::string>& paths, const std::vector<std::int64_t>& files,
+               const std::vector<file_source>& paths, const std::vector<std::int64_t>& files,
                const std::vector<std::int64_t>& offsets, const std::vector<std::int64_t>& lengths,
                const std::vector<std::uint64_t>& addresses, const std::vector<bool>& on_host,
                bool checksum, py::object keep) {
@@ -540,6 +565,16 @@ void def_staged(py::module_& m) {
                 }
                 auto ranges = staged_ranges(files, offsets, lengths, addresses, on_host);
                 auto job = std::make_unique<py_staged_job>();
+                // The tensors kept: their storages stay put until the job closes.
+                std::vector<torch::Tensor> tensors;
+                if (py::isinstance<py::list>(keep) || py::isinstance<py::tuple>(keep)) {
+                    for (const py::handle item : keep) {
+                        if (THPVariable_Check(item.ptr())) {
+                            tensors.push_back(THPVariable_Unpack(item.ptr()));
+                        }
+                    }
+                }
+                job->held = storage_hold(tensors);
                 {
                     py::gil_scoped_release unlocked;  // opening files can block
                     job->job = ring.start(
@@ -551,8 +586,9 @@ void def_staged(py::module_& m) {
             },
             py::keep_alive<0, 1>(), "op"_a, "paths"_a, "files"_a, "offsets"_a, "lengths"_a,
             "addresses"_a, "on_host"_a, "checksum"_a = false, "keep"_a = py::none(),
-            "Starts a staged read or write of ranges (files[i] indexes paths); keep is held "
-            "until the job closes.");
+            "Starts a staged read or write of ranges (files[i] indexes paths, each a path or an "
+            "open descriptor); keep is held until the job closes, and the storages of the "
+            "tensors in it stay put.");
 }
 
 }  // namespace
@@ -560,7 +596,6 @@ void def_staged(py::module_& m) {
 
 PYBIND11_MODULE(_C, m) {
     using nvmeio::operation;
-    using nvmeio_torch::make_request;
     using nvmeio_torch::py_handle;
     m.doc() = "nvmeio_torch's extension: DeepSpeed's aio_handle over nvmeio";
     m.attr("nvmeio_version") = std::to_string(NVMEIO_VERSION_MAJOR) + "." +
@@ -597,6 +632,10 @@ PYBIND11_MODULE(_C, m) {
         "A uint8 tensor of nbytes bytes over fresh 4096-aligned memory that it owns (locked "
         "where lock asks and the kernel allows).",
         "nbytes"_a, "lock"_a = false);
+    m.def("own_storage", &nvmeio_torch::bytes_of_own,
+          "A uint8 tensor over bytes [offset, offset + length) of a contiguous CPU tensor, with a "
+          "storage of exactly those bytes (not resizable) that keeps the tensor's alive; no copy.",
+          "tensor"_a, "offset"_a, "length"_a);
     m.def(
         "populate",
         [](const torch::Tensor& tensor, std::int64_t offset, std::int64_t length) {
@@ -666,14 +705,7 @@ PYBIND11_MODULE(_C, m) {
         .def("get_backend", [](const py_handle& h) { return h.settings().backend; })
         .def("wait", &py_handle::wait,
              "Waits for every pending request; returns how many (0 when none). Raises the first "
-             "failure after all have finished.")
-        .def(
-            "async_pwrite",
-            [](py_handle& h, const torch::Tensor& buffer, int fd, std::int64_t file_offset) {
-                return h.start_on_descriptor(
-                    make_request(operation::write, buffer, file_offset, false, "async_pwrite"), fd);
-            },
-            "buffer"_a, "fd"_a, "file_offset"_a = 0);
+             "failure after all have finished.");
     nvmeio_torch::def_transfers(handle);
     nvmeio_torch::def_locked_tensors(handle);
 

@@ -95,6 +95,32 @@ inline nvmeio::mutable_memory memory_of(const torch::Tensor& tensor) {
     return nvmeio::memory(owned->memory).slice(at, bytes);
 }
 
+/// A uint8 tensor over bytes [at, at + length) of the contiguous CPU tensor `arena` whose
+/// storage is exactly those bytes (and is not resizable): a loaded tensor that views an arena
+/// neither carries the rest of it into `torch.save` nor reaches its neighbours through
+/// `resize_`. The storage keeps the arena's alive; nothing is copied.
+inline torch::Tensor bytes_of_own(const torch::Tensor& arena, std::int64_t at,
+                                  std::int64_t length) {
+    if (!arena.defined() || !arena.is_cpu() || !arena.is_contiguous()) {
+        throw_invalid("own_storage: the arena must be a contiguous CPU tensor");
+    }
+    const auto bytes = static_cast<std::int64_t>(arena.nbytes());
+    if (at < 0 || length < 0 || at > bytes || length > bytes - at) {
+        throw_invalid("own_storage: bytes [" + std::to_string(at) + ", +" + std::to_string(length) +
+                      ") are not within the arena's " + std::to_string(bytes));
+    }
+    auto kept = std::make_unique<c10::Storage>(arena.storage());
+    void* data = static_cast<std::byte*>(arena.data_ptr()) + at;
+    c10::DataPtr pointer(
+        data, kept.get(), [](void* context) { delete static_cast<c10::Storage*>(context); },
+        c10::Device(c10::kCPU));
+    kept.release();  // the DataPtr deletes it from here on
+    c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<std::size_t>(length),
+                         std::move(pointer), nullptr, false);
+    return torch::empty({0}, torch::TensorOptions().dtype(torch::kUInt8))
+        .set_(storage, 0, {length}, {1});
+}
+
 /// A uint8 tensor of `bytes` bytes over fresh page-aligned memory (locked as `page_aligned`
 /// says) that it owns: the memory goes with the last tensor viewing it. The arena that loaded
 /// tensors view, and what O_DIRECT reads into without a copy.

@@ -14,6 +14,7 @@
 #include <nvmeio/staged.hpp>
 
 #include "crc32.hpp"
+#include "file_source.hpp"
 
 namespace nvmeio_torch {
 
@@ -51,7 +52,7 @@ class staging_ring_base {
     /// Opens the files, takes the ring and plans: io_error for an open, std::logic_error when
     /// another job has the ring, std::invalid_argument for a bad plan.
     virtual std::unique_ptr<staged_job> start(nvmeio::operation op,
-                                              const std::vector<std::string>& paths,
+                                              const std::vector<file_source>& paths,
                                               std::vector<nvmeio::staged_range> ranges,
                                               bool checksum) = 0;
 
@@ -71,7 +72,7 @@ class staging_ring_of final : public staging_ring_base {
           ring_(*engine_, s.ring),
           context_({s.threads, {s.queue_depth, s.block_size}, 0}) {}
 
-    std::unique_ptr<staged_job> start(nvmeio::operation op, const std::vector<std::string>& paths,
+    std::unique_ptr<staged_job> start(nvmeio::operation op, const std::vector<file_source>& paths,
                                       std::vector<nvmeio::staged_range> ranges,
                                       bool checksum) override {
         return std::make_unique<job>(*this, op, paths, std::move(ranges), checksum);
@@ -80,7 +81,7 @@ class staging_ring_of final : public staging_ring_base {
   private:
     class job final : public staged_job {
       public:
-        job(staging_ring_of& owner, nvmeio::operation op, const std::vector<std::string>& paths,
+        job(staging_ring_of& owner, nvmeio::operation op, const std::vector<file_source>& paths,
             std::vector<nvmeio::staged_range> ranges, bool checksum)
             : files_(open_all(paths, op)),
               count_(ranges.size()),
@@ -98,15 +99,16 @@ class staging_ring_of final : public staging_ring_base {
         nvmeio::staged_outcome outcome() const override { return run_.outcome(); }
 
       private:
-        static std::vector<nvmeio::file> open_all(const std::vector<std::string>& paths,
+        static std::vector<nvmeio::file> open_all(const std::vector<file_source>& paths,
                                                   nvmeio::operation op) {
             std::vector<nvmeio::file> files;
             files.reserve(paths.size());
-            for (const std::string& path : paths) {
-                files.emplace_back(path,
-                                   op == nvmeio::operation::read ? nvmeio::open_mode::read
-                                                                 : nvmeio::open_mode::read_write,
-                                   nvmeio::direct_io::automatic);
+            for (const file_source& source : paths) {
+                files.push_back(open_source(source,
+                                            op == nvmeio::operation::read
+                                                ? nvmeio::open_mode::read
+                                                : nvmeio::open_mode::read_write,
+                                            nvmeio::direct_io::automatic));
             }
             return files;
         }

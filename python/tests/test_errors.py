@@ -82,7 +82,9 @@ def test_bad_tensors_raise_value_or_type_errors(workdir):
     with pytest.raises(TypeError):
         h.sync_pread(bytearray(8), path)
     with pytest.raises(TypeError):
-        h.sync_pread(torch.zeros(8), 42)
+        h.sync_pread(torch.zeros(8), 4.2)
+    with pytest.raises(TypeError):
+        h.sync_pread(torch.zeros(8), True)  # a bool is no descriptor
     assert h.wait() == 0
 
 

@@ -1,6 +1,7 @@
 """Sharded models: load_files and stream (its memory cap, its reads in flight), and the peak
 memory of a load, in fresh processes."""
 
+import errno
 import json
 import os
 import shutil
@@ -63,13 +64,21 @@ def test_a_missing_shard_raises_file_not_found_naming_it_and_the_index(workdir):
         assert raised.value.filename == shard
 
 
-def test_a_shard_gone_before_its_read_leaves_the_handle_with_nothing_pending(workdir):
+def test_a_shard_removed_after_its_header_was_read_still_loads_whole(workdir):
     tensors, index = make_model(workdir)
     headers = st._gather(index)  # headers read, then a shard goes before the data is read
     os.remove(headers[2].path)
+    check_all(st._load(headers, torch.device("cpu"), _files.make_handle()), tensors)
+
+
+def test_a_shard_cut_short_before_its_read_leaves_the_handle_with_nothing_pending(workdir):
+    tensors, index = make_model(workdir)
+    headers = st._gather(index)  # headers read, then a shard is cut short in place
+    os.truncate(headers[2].path, headers[2].data_start + 8)
     handle = _files.make_handle()
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(OSError) as raised:
         st._load(headers, torch.device("cpu"), handle)
+    assert raised.value.errno in (errno.ENODATA, errno.ESTALE)
     assert handle.wait() == 0
 
 
@@ -180,13 +189,25 @@ def test_stream_reads_tensors_over_half_the_cap_one_at_a_time(workdir):
     assert all(e["resident"] <= 64 << 10 for e in events)
 
 
-def test_stream_notices_a_shard_replaced_after_its_header_was_read(workdir):
+def test_stream_reads_the_shards_it_opened_when_others_replace_them(workdir):
+    tensors, index = make_model(workdir)
+    it = st.stream(index, max_bytes=32 << 10)
+    loaded = dict([next(it)])
+    for k in (1, 2, 3):
+        shard = os.path.join(workdir, f"model-0000{k}-of-00003.safetensors")
+        spec.write(shard + ".new", spec.build({"x": torch.zeros(4)}))
+        os.replace(shard + ".new", shard)
+    loaded.update(it)
+    check_all(loaded, tensors)
+
+
+def test_stream_notices_a_shard_written_in_place_after_its_header_was_read(workdir):
     _, index = make_model(workdir)
     it = st.stream(index, max_bytes=32 << 10)
     next(it)
     shard = os.path.join(workdir, "model-00003-of-00003.safetensors")
-    shutil.copyfile(shard, shard + ".new")
-    os.replace(shard + ".new", shard)
+    with open(shard, "ab") as appended:
+        appended.write(b"x" * 10)
     with pytest.raises(OSError, match="changed") as raised:
         for _ in it:
             pass

@@ -181,3 +181,22 @@ def test_a_batch_refused_in_a_child_after_fork_touches_no_file(workdir):
     os.close(read)
     assert status == 0 and report == "fork"
     assert not os.path.exists(path)  # refused before the file was opened (and created)
+
+
+def test_overlapping_write_requests_are_refused_and_the_file_is_left_as_it_was(workdir, backend):
+    path = os.path.join(workdir, "kv.bin")
+    write_file(path, random_bytes(8192))
+    before = file_bytes(path)
+    h = nvmeio_torch.aio_handle(backend=backend)
+    a, b = torch.ones(600, dtype=torch.uint8), torch.full((1000,), 2, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="requests 0 .* and 1 .*share bytes"):
+        h.sync_pwrite_batch([a, b], path, [0, 0])
+    h.async_pwrite_batch([torch.ones(4096, dtype=torch.uint8), b[:10]], path, [0, 512])
+    with pytest.raises(ValueError, match="share bytes"):
+        h.wait()
+    assert torch.equal(file_bytes(path), before)
+    # Requests that share a unit but no bytes are written exactly; the handle is still usable.
+    assert h.sync_pwrite_batch([a[:100], b[:100]], path, [0, 200]) == 1
+    after = before.clone()
+    after[:100], after[200:300] = 1, 2
+    assert torch.equal(file_bytes(path), after)

@@ -1,6 +1,7 @@
 #define BOOST_TEST_MODULE staged
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -119,13 +120,16 @@ void load_and_check(Context& context, Engine& engine, std::uint64_t seed) {
 
 BOOST_AUTO_TEST_SUITE(planning)
 
+// The identity callback of a plan whose file indices name different files.
+constexpr auto each_its_own_file = [](std::size_t i) { return i; };
+
 BOOST_AUTO_TEST_CASE(adjacent_ranges_share_windows_and_every_byte_is_planned_once) {
     // Three ranges end to end from offset 100 in a file of unit 512, slots of 1024 bytes.
     const std::vector<staged_range> ranges = {
         {0, 100, 1000, 1, false}, {0, 1100, 0, 1, false}, {0, 1100, 2000, 1, false}};
     const auto plan = detail::plan_staged(
         operation::read, 1, ranges, 1024, [](std::size_t) { return 512; },
-        [](std::size_t) { return 4000; });
+        [](std::size_t) { return 4000; }, each_its_own_file);
     BOOST_TEST(plan.empty_ranges == std::vector<std::size_t>{1});
     BOOST_REQUIRE(plan.windows.size() == 4u);  // [0, 3100) in windows of 1024
     BOOST_TEST(plan.windows[0].offset == 0u);
@@ -151,7 +155,7 @@ BOOST_AUTO_TEST_CASE(ranges_apart_are_separate_runs_and_ranges_touching_one_unit
         {0, 0, 10, 1, false}, {0, 600, 10, 1, false}, {0, 5000, 10, 1, false}};
     const auto plan = detail::plan_staged(
         operation::read, 1, ranges, 4096, [](std::size_t) { return 512; },
-        [](std::size_t) { return 8192; });
+        [](std::size_t) { return 8192; }, each_its_own_file);
     // 0..10 and 600..610 touch neighbouring 512-byte units: one run; 5000 starts another.
     BOOST_REQUIRE(plan.windows.size() == 2u);
     BOOST_TEST(plan.windows[0].length == 610u);
@@ -159,11 +163,45 @@ BOOST_AUTO_TEST_CASE(ranges_apart_are_separate_runs_and_ranges_touching_one_unit
     BOOST_TEST(!plan.windows[0].covered);
 }
 
+BOOST_AUTO_TEST_CASE(indices_naming_one_file_are_one_file_to_the_plan) {
+    // Files 0 and 2 are one file, 1 another; unit 512, slots of 4096.
+    const auto same_as_0_and_2 = [](std::size_t i) { return i == 2 ? 0 : i; };
+    const auto plan = [&](operation op, const std::vector<staged_range>& ranges) {
+        return detail::plan_staged(
+            op, 3, ranges, 4096, [](std::size_t) { return 512; }, [](std::size_t) { return 8192; },
+            same_as_0_and_2);
+    };
+    // Reads and writes through 0 and 2 merge into one run (the shared unit moved once), moved
+    // through index 0; file 1's bytes at the same offsets are a run of their own.
+    for (const operation op : {operation::read, operation::write}) {
+        const auto merged = plan(op, {{2, 200, 100, 1, false},
+                                      {1, 0, 100, 1, false},
+                                      {0, 0, 100, 1, false},
+                                      {2, 5000, 10, 1, false}});
+        BOOST_REQUIRE(merged.windows.size() == 3u);
+        BOOST_TEST(merged.windows[0].file == 0u);
+        BOOST_TEST(merged.windows[0].offset == 0u);
+        BOOST_TEST(merged.windows[0].length == 300u);
+        BOOST_TEST(merged.windows[0].end_piece - merged.windows[0].first_piece == 2u);
+        BOOST_TEST(merged.windows[1].file == 0u);
+        BOOST_TEST(merged.windows[1].offset == 4608u);
+        BOOST_TEST(merged.windows[2].file == 1u);
+    }
+    using nvmeio_test::message_of;
+    BOOST_TEST(nvmeio_test::contains(
+        message_of<std::invalid_argument>([&] {
+            plan(operation::write, {{0, 0, 100, 1, false}, {2, 50, 100, 1, false}});
+        }),
+        "range 1 (100 bytes at offset 50 of file 2) overlaps range 0 (100 bytes at offset 0 of "
+        "file 0), in the same file"));
+    BOOST_CHECK_NO_THROW(plan(operation::write, {{0, 0, 100, 1, false}, {1, 50, 100, 1, false}}));
+}
+
 BOOST_AUTO_TEST_CASE(bad_plans_are_refused_naming_the_range) {
     const auto plan = [](operation op, std::vector<staged_range> ranges, std::size_t slot_size) {
         return detail::plan_staged(
             op, 1, ranges, slot_size, [](std::size_t) { return 512; },
-            [](std::size_t) { return 1000; });
+            [](std::size_t) { return 1000; }, each_its_own_file);
     };
     using nvmeio_test::message_of;
     BOOST_TEST(nvmeio_test::contains(
@@ -190,7 +228,7 @@ BOOST_AUTO_TEST_CASE(bad_plans_are_refused_naming_the_range) {
         "offset"));
     const auto last = detail::plan_staged(
         operation::write, 1, {{0, (std::uint64_t{1} << 63) - 11, 10, 1, false}}, 4096,
-        [](std::size_t) { return 512; }, [](std::size_t) { return 0; });
+        [](std::size_t) { return 512; }, [](std::size_t) { return 0; }, each_its_own_file);
     BOOST_TEST(last.windows.size() == 1u);
     BOOST_TEST(nvmeio_test::contains(message_of<std::invalid_argument>([&] {
                                          plan(operation::read, {{0, 0, 5, 0, false}}, 4096);
@@ -200,7 +238,8 @@ BOOST_AUTO_TEST_CASE(bad_plans_are_refused_naming_the_range) {
         message_of<std::invalid_argument>([&] {
             plan(operation::write, {{0, 0, 10, 1, false}, {0, 5, 10, 1, false}}, 4096);
         }),
-        "range 1 (10 bytes at offset 5 of file 0) overlaps another range"));
+        "range 1 (10 bytes at offset 5 of file 0) overlaps range 0 (10 bytes at offset 0 of file "
+        "0), in the same file"));
     BOOST_TEST(
         nvmeio_test::contains(message_of<std::invalid_argument>([&] {
                                   plan(operation::read, {{0, 0, 5, 1, false}}, 1000);
@@ -514,6 +553,90 @@ BOOST_AUTO_TEST_CASE(a_write_shows_each_ranges_bytes_in_order_before_writing_the
         (void)run.advance();
     BOOST_TEST((seen[1] == std::vector<unsigned char>(bytes.begin(), bytes.begin() + 3 * slot)));
     BOOST_TEST((seen[0] == std::vector<unsigned char>(bytes.begin() + 3 * slot, bytes.end())));
+}
+
+// ---- one file under two indices ------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(a_file_listed_twice_in_a_write_plan_is_written_as_one_file) {
+    for (const bool two_handles : {false, true}) {
+        BOOST_TEST_CONTEXT((two_handles ? "two handles on one path" : "one file object twice")) {
+            temp_path path("staged");
+            nvmeio_test::spew_pattern(path.str(), 2 * slot, 41);
+            std::vector<unsigned char> expected = nvmeio_test::slurp(path.str());
+            std::vector<unsigned char> bytes = nvmeio_test::pattern(200, 42);
+            std::memcpy(expected.data(), bytes.data(), 100);
+            std::memcpy(expected.data() + 200, bytes.data() + 100, 100);
+            file f(path.str(), open_mode::read_write, direct_io::on);
+            file g(path.str(), open_mode::read_write, direct_io::on);
+            aio_context context({4, 4096});
+            delayed_copy_engine engine;
+            staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+            const auto at = [&](std::size_t b) {
+                return reinterpret_cast<std::uintptr_t>(bytes.data() + b);
+            };
+            (void)staged_write(context, ring, {&f, two_handles ? &g : &f},
+                               {{0, 0, 100, at(0), false}, {1, 200, 100, at(100), false}});
+            const std::vector<unsigned char> written = nvmeio_test::slurp(path.str());
+            BOOST_REQUIRE(written.size() == expected.size());
+            std::size_t wrong = 0;
+            for (std::size_t b = 0; b < written.size(); ++b)
+                wrong += written[b] != expected[b];
+            BOOST_TEST(wrong == 0u, wrong << " bytes of the file wrong");
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(
+    overlapping_writes_to_one_file_under_two_indices_are_refused_before_any_byte_moves) {
+    temp_path path("staged");
+    temp_path link("staged_link");
+    nvmeio_test::spew_pattern(path.str(), slot, 43);
+    const std::vector<unsigned char> before = nvmeio_test::slurp(path.str());
+    BOOST_REQUIRE(::link(path.str().c_str(), link.str().c_str()) == 0);
+    std::vector<unsigned char> bytes = nvmeio_test::pattern(200, 44);
+    const auto at = [&](std::size_t b) {
+        return reinterpret_cast<std::uintptr_t>(bytes.data() + b);
+    };
+    file f(path.str(), open_mode::read_write, direct_io::on);
+    file g(path.str(), open_mode::read_write, direct_io::on);
+    file h(link.str(), open_mode::read_write, direct_io::on);
+    aio_context context({4, 4096});
+    host_copy_engine engine;
+    staging_ring<host_copy_engine> ring(engine, {2, slot});
+    for (const file* other : {&f, &g, &h}) {
+        const std::string what = nvmeio_test::message_of<std::invalid_argument>([&] {
+            (void)staged_write(context, ring, {&f, other},
+                               {{0, 0, 100, at(0), false}, {1, 50, 100, at(100), false}});
+        });
+        BOOST_TEST(nvmeio_test::contains(what,
+                                         "range 1 (100 bytes at offset 50 of file 1) overlaps "
+                                         "range 0 (100 bytes at offset 0 of file 0)"),
+                   what);
+    }
+    BOOST_TEST(nvmeio_test::slurp(path.str()) == before);
+}
+
+BOOST_AUTO_TEST_CASE(a_file_listed_twice_in_a_read_plan_reads_each_unit_once) {
+    temp_path path("staged");
+    nvmeio_test::spew_pattern(path.str(), slot, 45);
+    const std::vector<unsigned char> bytes = nvmeio_test::slurp(path.str());
+    std::vector<unsigned char> destination(200);
+    const auto at = [&](std::size_t b) {
+        return reinterpret_cast<std::uintptr_t>(destination.data() + b);
+    };
+    file f(path.str(), open_mode::read, direct_io::on);
+    file g(path.str(), open_mode::read, direct_io::on);
+    aio_context context({4, 4096});
+    host_copy_engine engine;
+    staging_ring<host_copy_engine> ring(engine, {2, slot});
+    for (const file* other : {&f, &g}) {
+        std::fill(destination.begin(), destination.end(), 0);
+        const staged_outcome outcome = staged_read(
+            context, ring, {&f, other}, {{0, 0, 100, at(0), false}, {1, 200, 100, at(100), false}});
+        BOOST_TEST(outcome.windows == 1u);
+        BOOST_TEST(std::memcmp(destination.data(), bytes.data(), 100) == 0);
+        BOOST_TEST(std::memcmp(destination.data() + 100, bytes.data() + 200, 100) == 0);
+    }
 }
 
 // ---- the CUDA engine, on a driver table of test functions ----------------------------------

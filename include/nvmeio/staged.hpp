@@ -8,11 +8,15 @@
 ///
 /// The plan is per byte range, not per object: a range may straddle slots, ranges of one file
 /// whose aligned units touch are read (or written) as one run, so every byte of the file is
-/// moved once, and a zero-length range completes at once.
+/// moved once, and a zero-length range completes at once. One file is one file however it is
+/// listed: handles are compared by device and inode, so the same file under two indices (one
+/// handle twice, two handles, a hard link) is planned as one, and its run moved through the
+/// lowest index's handle.
 ///
 /// The ring and the copy engines it works with: staging_ring.hpp.
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -21,8 +25,11 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
+
+#include <sys/stat.h>
 
 #include "nvmeio/detail/staged_plan.hpp"
 #include "nvmeio/error.hpp"
@@ -47,6 +54,21 @@ class staged_error : public io_error {
     std::size_t range_;
 };
 
+namespace detail {
+
+// The file a handle reaches, as a plan compares files: its device and inode, or a block device's
+// own number (two nodes of one disk are one file).
+inline std::tuple<bool, std::uint64_t, std::uint64_t> identity_of(const file& f) {
+    struct stat st {};
+    if (::fstat(f.native_handle(), &st) != 0) {
+        throw io_error({errno_code(errno), "fstat", f.path(), 0, 0});
+    }
+    if (S_ISBLK(st.st_mode)) return {true, st.st_rdev, 0};
+    return {false, st.st_dev, st.st_ino};
+}
+
+}  // namespace detail
+
 /// A staged transfer run step by step: each `advance()` moves one window (a slot's bytes) and
 /// reports the ranges whose bytes have all arrived (a read: at their memory; a write: in the
 /// file), so a caller can use each range as soon as it is there. `staged_read` and
@@ -70,18 +92,21 @@ class staged_run {
           ranges_(std::move(ranges)),
           op_(op),
           config_(config) {
+        std::vector<std::tuple<bool, std::uint64_t, std::uint64_t>> identities;
         for (std::size_t i = 0; i < files_.size(); ++i) {
             if (files_[i] == nullptr) {
                 detail::throw_invalid("staged " + std::string(to_string(op_)) + ": file " +
                                       std::to_string(i) + " is null");
             }
+            identities.push_back(detail::identity_of(*files_[i]));
         }
         plan_ = detail::plan_staged(
             op_, files_.size(), ranges_, ring.options().slot_size,
             [&](std::size_t f) -> std::size_t {
                 return files_[f]->is_direct() ? files_[f]->required_alignment() : 1;
             },
-            [&](std::size_t f) { return op_ == operation::read ? files_[f]->size() : 0; });
+            [&](std::size_t f) { return op_ == operation::read ? files_[f]->size() : 0; },
+            [&](std::size_t f) { return identities[f]; });
         busy_.assign(ring.options().slots, none);
         done_ = plan_.empty_ranges;
     }

@@ -2,12 +2,13 @@
 /// \file detail/staged_plan.hpp
 /// The plan of a staged transfer (staged.hpp): the one check of its ranges, and the windows (one
 /// slot's bytes of one file, moved as one transfer) with the pieces of ranges each holds. Pure:
-/// no I/O, tested on its own.
+/// no I/O, tested on its own; what it knows of the files comes from callbacks.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ struct staged_plan {
         std::size_t length;
     };
     struct window {
-        std::size_t file;
+        std::size_t file;      // the lowest index naming the file
         std::uint64_t offset;  // aligned to the file's O_DIRECT unit
         std::size_t length;    // the last window of a run may end unaligned
         std::size_t first_piece, end_piece;
@@ -47,12 +48,31 @@ inline std::string describe_range(std::size_t index, const staged_range& r) {
            ")";
 }
 
+// Per file index, the lowest index whose `identity` is equal: two indices naming one file are
+// one file to the plan, moved through that index.
+template <class Identity>
+std::vector<std::size_t> first_index_of_file(std::size_t file_count, Identity& identity) {
+    std::vector<std::size_t> by_identity(file_count);
+    std::iota(by_identity.begin(), by_identity.end(), std::size_t{0});
+    std::stable_sort(by_identity.begin(), by_identity.end(),
+                     [&](std::size_t a, std::size_t b) { return identity(a) < identity(b); });
+    std::vector<std::size_t> first(file_count);
+    for (std::size_t k = 0; k < file_count; ++k) {
+        const std::size_t i = by_identity[k];
+        const bool same = k > 0 && !(identity(by_identity[k - 1]) < identity(i));
+        first[i] = same ? first[by_identity[k - 1]] : i;
+    }
+    return first;
+}
+
 // The one check of a staged transfer (std::invalid_argument naming the range), and its plan.
-// `unit(i)` is file i's O_DIRECT unit (1 where none applies), `size(i)` its size.
-template <class Unit, class Size>
+// `unit(i)` is file i's O_DIRECT unit (1 where none applies), `size(i)` its size, `identity(i)`
+// the file it names (ordered by <; equal for one file under two indices).
+template <class Unit, class Size, class Identity>
 staged_plan plan_staged(operation op, std::size_t file_count,
                         const std::vector<staged_range>& ranges, std::size_t slot_size, Unit&& unit,
-                        Size&& size) {
+                        Size&& size, Identity&& identity) {
+    const std::vector<std::size_t> file_of = first_index_of_file(file_count, identity);
     staged_plan plan;
     plan.pieces_of_range.assign(ranges.size(), 0);
     std::vector<std::size_t> order;
@@ -81,32 +101,35 @@ staged_plan plan_staged(operation op, std::size_t file_count,
             throw_invalid("staged read: " + describe_range(i, r) + " ends past the file's " +
                           std::to_string(size(r.file)) + " bytes");
         }
-        if (slot_size % unit(r.file) != 0) {
+        const std::size_t f = file_of[r.file];
+        if (slot_size % unit(f) != 0) {
             throw_invalid("staged " + std::string(to_string(op)) + ": slot size " +
                           std::to_string(slot_size) + " is not a multiple of file " +
-                          std::to_string(r.file) + "'s O_DIRECT unit " +
-                          std::to_string(unit(r.file)));
+                          std::to_string(f) + "'s O_DIRECT unit " + std::to_string(unit(f)));
         }
         order.push_back(i);
     }
     std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        const staged_range& x = ranges[a];
-        const staged_range& y = ranges[b];
-        return x.file != y.file ? x.file < y.file : x.offset < y.offset;
+        const std::size_t x = file_of[ranges[a].file];
+        const std::size_t y = file_of[ranges[b].file];
+        if (x != y) return x < y;
+        return ranges[a].offset != ranges[b].offset ? ranges[a].offset < ranges[b].offset : a < b;
     });
     // Runs: ranges of one file whose aligned units touch or overlap, so no unit is moved twice.
     for (std::size_t first = 0; first < order.size();) {
         const staged_range& head = ranges[order[first]];
-        const std::uint64_t u = unit(head.file);
+        const std::size_t file = file_of[head.file];
+        const std::uint64_t u = unit(file);
         const std::uint64_t begin = align_down(head.offset, u);
         std::uint64_t end = head.offset + head.length;
         std::size_t last = first + 1;
         for (; last < order.size(); ++last) {
             const staged_range& next = ranges[order[last]];
-            if (next.file != head.file || align_down(next.offset, u) > align_up(end, u)) break;
-            if (op == operation::write && next.offset < end) {
-                throw_invalid("staged write: " + describe_range(order[last], next) +
-                              " overlaps another range of its file");
+            if (file_of[next.file] != file || align_down(next.offset, u) > align_up(end, u)) break;
+            if (op == operation::write && next.offset < end) {  // the ranges before are apart
+                const std::size_t before = order[last - 1];
+                throw_invalid("staged write: " + describe_range(order[last], next) + " overlaps " +
+                              describe_range(before, ranges[before]) + ", in the same file");
             }
             end = std::max<std::uint64_t>(end, next.offset + next.length);
         }
@@ -115,9 +138,8 @@ staged_plan plan_staged(operation op, std::size_t file_count,
         for (std::uint64_t k = 0; k < count; ++k) {
             const std::uint64_t at = begin + k * slot_size;
             plan.windows.push_back(
-                {head.file, at,
-                 static_cast<std::size_t>(std::min<std::uint64_t>(slot_size, end - at)), 0, 0,
-                 false});
+                {file, at, static_cast<std::size_t>(std::min<std::uint64_t>(slot_size, end - at)),
+                 0, 0, false});
         }
         // Each range's pieces, window by window; a window's pieces are in file order.
         std::vector<std::vector<staged_plan::piece>> by_window(plan.windows.size() - first_window);

@@ -1,8 +1,10 @@
 #pragma once
-// A test copy engine (the concept of nvmeio/staged.hpp) whose copies complete late, on a thread
-// of its own, and touch the slot only then: a transfer that reuses a slot before waiting for it
-// copies the wrong bytes, and the test comparing them sees it. It also counts the copies made
-// into each byte of one destination area, to show every byte is written exactly once.
+// A test copy engine (the concept of nvmeio/staging_ring.hpp) whose copies complete late, on a
+// thread of its own, and touch the slot only then: a transfer that reuses a slot before waiting
+// for it copies the wrong bytes, and the test comparing them sees it. It also counts the copies
+// made into each byte of one destination area, to show every byte is written exactly once, and
+// can fail its n-th copy or record call (throwing at once, starting nothing) to test the failure
+// path.
 
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +15,7 @@
 #include <functional>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -50,13 +53,17 @@ class delayed_copy_engine {
         ++attaches_;
     }
     void detach() noexcept {
-        for (unsigned s = 0; s < recorded_.size(); ++s)
-            wait(s);
+        (void)wait_all();
         ++detaches_;
     }
 
+    // The n-th copy (either way) or record call from now throws std::runtime_error; 0: none.
+    void fail_copy_call(std::size_t n) { copy_calls_left_ = n; }
+    void fail_record_call(std::size_t n) { record_calls_left_ = n; }
+
     void copy_from_slot(unsigned slot, std::uintptr_t to, const std::byte* from, std::size_t n) {
         check_in_slot(slot, from, n);
+        fail_if_due(copy_calls_left_, "copy");
         enqueue(slot, [this, to, from, n] {
             std::memcpy(reinterpret_cast<void*>(to), from, n);
             count(to, n);
@@ -64,15 +71,23 @@ class delayed_copy_engine {
     }
     void copy_to_slot(unsigned slot, std::byte* to, std::uintptr_t from, std::size_t n) {
         check_in_slot(slot, to, n);
+        fail_if_due(copy_calls_left_, "copy");
         enqueue(slot, [to, from, n] { std::memcpy(to, reinterpret_cast<const void*>(from), n); });
     }
     void record(unsigned slot) {
+        fail_if_due(record_calls_left_, "record");
         std::lock_guard<std::mutex> lock(mutex_);
         recorded_.at(slot) = started_.at(slot);
     }
     void wait(unsigned slot) noexcept {
         std::unique_lock<std::mutex> lock(mutex_);
         changed_.wait(lock, [&] { return completed_[slot] >= recorded_[slot]; });
+    }
+    // Every copy started, recorded or not, has completed.
+    bool wait_all() noexcept {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] { return queue_.empty() && !running_; });
+        return true;
     }
     bool ready(unsigned slot) {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -98,6 +113,12 @@ class delayed_copy_engine {
         const std::byte* begin = memory_ + std::size_t{slot} * slot_size_;
         if (at < begin || at + n > begin + slot_size_) {
             throw std::logic_error("delayed_copy_engine: a copy outside its slot");
+        }
+    }
+
+    static void fail_if_due(std::size_t& calls_left, const char* call) {
+        if (calls_left != 0 && --calls_left == 0) {
+            throw std::runtime_error(std::string("delayed_copy_engine: ") + call + " failed");
         }
     }
 
@@ -144,6 +165,7 @@ class delayed_copy_engine {
     std::vector<std::uint64_t> recorded_, started_, completed_;
     std::size_t copies_ = 0;
     unsigned attaches_ = 0, detaches_ = 0;
+    std::size_t copy_calls_left_ = 0, record_calls_left_ = 0;
     std::uintptr_t base_ = 0;
     std::vector<unsigned> counts_;
     std::thread worker_;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "backend_support.hpp"
 #include "delayed_copy_engine.hpp"
 #include "offset_fault_backend.hpp"
+#include "queued_cuda_driver.hpp"
 #include "test_support.hpp"
 
 using namespace nvmeio;
@@ -555,6 +557,223 @@ BOOST_AUTO_TEST_CASE(a_write_shows_each_ranges_bytes_in_order_before_writing_the
     BOOST_TEST((seen[0] == std::vector<unsigned char>(bytes.begin() + 3 * slot, bytes.end())));
 }
 
+// ---- a copy engine that fails: no copy outlives the call that started it -------------------
+
+namespace {
+
+// One 4 KiB file of a pattern, and eight ranges of 512 bytes of it over memory of 4 KiB: one
+// window, eight copies.
+struct one_window {
+    temp_path path;
+    std::vector<unsigned char> file_bytes;
+    std::vector<unsigned char> memory;
+    std::vector<staged_range> ranges;
+
+    one_window(const char* name, std::uint64_t seed, std::vector<unsigned char> in_memory)
+        : path(name), memory(std::move(in_memory)) {
+        nvmeio_test::spew_pattern(path.str(), slot, seed);
+        file_bytes = nvmeio_test::slurp(path.str());
+        for (std::size_t i = 0; i < 8; ++i) {
+            ranges.push_back({0, i * 512, 512,
+                              reinterpret_cast<std::uintptr_t>(memory.data() + i * 512), false});
+        }
+    }
+    // Range i's memory holds the file's bytes (a read's arrived) / holds zeros (never written).
+    bool arrived(std::size_t i) const {
+        return std::memcmp(memory.data() + i * 512, file_bytes.data() + i * 512, 512) == 0;
+    }
+    bool untouched(std::size_t i) const {
+        return std::all_of(memory.begin() + i * 512, memory.begin() + (i + 1) * 512,
+                           [](unsigned char b) { return b == 0; });
+    }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_copy_engine_failing_mid_read_leaves_no_copy_running_and_the_ring_reused) {
+    for (const bool record_fails : {false, true}) {
+        BOOST_TEST_CONTEXT((record_fails ? "record fails" : "the 4th copy fails")) {
+            aio_context context({4, 4096});
+            delayed_copy_engine engine;
+            staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+            one_window first("staged_first", 21, std::vector<unsigned char>(slot, 0));
+            one_window second("staged_second", 22, std::vector<unsigned char>(slot, 0));
+            file f1(first.path.str(), open_mode::read, direct_io::on);
+            file f2(second.path.str(), open_mode::read, direct_io::on);
+            if (record_fails) {
+                engine.fail_record_call(1);
+            } else {
+                engine.fail_copy_call(4);
+            }
+            std::vector<unsigned> reported(8, 0);
+            BOOST_CHECK_THROW((void)staged_read(context, ring, {&f1}, first.ranges,
+                                                [&](std::size_t i) { ++reported.at(i); }),
+                              std::runtime_error);
+            BOOST_TEST(engine.in_flight() == 0u, "copies still running after the exception");
+            // The same ring reads another file: no late copy of the first run reads its slot.
+            (void)staged_read(context, ring, {&f2}, second.ranges);
+            for (std::size_t i = 0; i < 8; ++i) {
+                BOOST_TEST(second.arrived(i), "range " << i << " of the second run");
+                // Three copies started before the 4th failed; all eight before record failed.
+                const bool started = record_fails || i < 3;
+                BOOST_TEST((started ? first.arrived(i) : first.untouched(i)),
+                           "range " << i << " of the first run holds other bytes");
+                BOOST_TEST(reported[i] == (started ? 1u : 0u),
+                           "range " << i << " reported " << reported[i] << " times");
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_reads_destination_may_be_freed_as_the_exception_leaves) {
+    aio_context context({4, 4096});
+    delayed_copy_engine engine;
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    {
+        one_window first("staged_first", 23, std::vector<unsigned char>(slot, 0));
+        file f(first.path.str(), open_mode::read, direct_io::on);
+        engine.fail_copy_call(4);
+        BOOST_CHECK_THROW((void)staged_read(context, ring, {&f}, first.ranges), std::runtime_error);
+    }  // the destination is freed here
+    BOOST_TEST(engine.in_flight() == 0u);
+    (void)engine.wait_all();  // a late copy would land in freed memory here (ASan sees it)
+}
+
+BOOST_AUTO_TEST_CASE(a_copy_engine_failing_mid_write_leaves_no_copy_running_and_the_ring_reused) {
+    for (const bool record_fails : {false, true}) {
+        BOOST_TEST_CONTEXT((record_fails ? "record fails" : "the 4th copy fails")) {
+            aio_context context({4, 4096});
+            delayed_copy_engine engine(std::chrono::milliseconds{5});  // later than a read
+            staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+            // Each file holds one pattern; its ranges' memory another, to be written over it.
+            one_window first("staged_first", 31, nvmeio_test::pattern(slot, 33));
+            one_window second("staged_second", 32, nvmeio_test::pattern(slot, 34));
+            file f1(first.path.str(), open_mode::read_write, direct_io::on);
+            file f2(second.path.str(), open_mode::read_write, direct_io::on);
+            if (record_fails) {
+                engine.fail_record_call(1);
+            } else {
+                engine.fail_copy_call(4);
+            }
+            BOOST_CHECK_THROW((void)staged_write(context, ring, {&f1}, first.ranges),
+                              std::runtime_error);
+            BOOST_TEST(engine.in_flight() == 0u, "copies still running after the exception");
+            // The next run leaves bytes [600, 1400) out: it reads the file's bytes there into
+            // the slot, where a late copy of the first run would land, and writes them back.
+            const auto at = [&](std::size_t b) {
+                return reinterpret_cast<std::uintptr_t>(second.memory.data() + b);
+            };
+            (void)staged_write(
+                context, ring, {&f2},
+                {{0, 0, 600, at(0), false}, {0, 1400, slot - 1400, at(1400), false}});
+            std::vector<unsigned char> expected = second.memory;
+            std::memcpy(expected.data() + 600, second.file_bytes.data() + 600, 800);
+            const std::vector<unsigned char> written = nvmeio_test::slurp(second.path.str());
+            std::size_t wrong = 0;
+            for (std::size_t b = 0; b < slot; ++b)
+                wrong += written[b] != expected[b];
+            BOOST_TEST(wrong == 0u, wrong << " bytes of the next run's file wrong");
+            BOOST_TEST(nvmeio_test::slurp(first.path.str()) == first.file_bytes);
+        }
+    }
+}
+
+// ---- every range whose bytes arrived is reported once, failure or not ----------------------
+
+BOOST_AUTO_TEST_CASE(a_failed_read_reports_the_ranges_it_retired_and_drained_once_and_no_other) {
+    // Three ranges of a slot each, K = 2, copies of 20 ms: the third advance waits for window 0
+    // (range 0 retired), then its read of window 2 fails; window 1's copies are drained.
+    temp_path path("staged");
+    nvmeio_test::spew_pattern(path.str(), 3 * slot, 8);
+    const std::vector<unsigned char> bytes = nvmeio_test::slurp(path.str());
+    file f(path.str(), open_mode::read, direct_io::on);
+    std::vector<unsigned char> destination(3 * slot);
+    std::vector<staged_range> ranges;
+    for (std::size_t i = 0; i < 3; ++i) {
+        ranges.push_back({0, i * slot, slot,
+                          reinterpret_cast<std::uintptr_t>(destination.data() + i * slot), false});
+    }
+    basic_aio_context<nvmeio_test::offset_fault_backend> context({4, 4096});
+    delayed_copy_engine engine(std::chrono::milliseconds{20});
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    nvmeio_test::offset_fault_backend::fail_offset = 2 * slot + 5;
+    for (const bool through_staged_read : {false, true}) {
+        BOOST_TEST_CONTEXT((through_staged_read ? "staged_read" : "staged_run::advance")) {
+            std::fill(destination.begin(), destination.end(), 0);
+            std::vector<unsigned> reported(3, 0);
+            std::size_t failed = 99;
+            try {
+                if (through_staged_read) {
+                    (void)staged_read(context, ring, {&f}, ranges,
+                                      [&](std::size_t i) { ++reported.at(i); });
+                } else {
+                    staged_run<basic_aio_context<nvmeio_test::offset_fault_backend>,
+                               delayed_copy_engine>
+                        run(context, ring, {&f}, ranges, operation::read);
+                    try {
+                        while (run.pending()) {
+                            for (std::size_t i : run.advance())
+                                ++reported.at(i);
+                        }
+                    } catch (...) {
+                        BOOST_TEST(!run.pending());
+                        throw;
+                    }
+                }
+            } catch (const staged_error& e) {
+                failed = e.range();
+            }
+            BOOST_TEST(failed == 2u);
+            BOOST_TEST(reported == (std::vector<unsigned>{1, 1, 0}));
+            for (std::size_t i = 0; i < 2; ++i) {
+                BOOST_TEST(
+                    std::memcmp(destination.data() + i * slot, bytes.data() + i * slot, slot) == 0);
+            }
+        }
+    }
+    nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_write_reports_the_ranges_written_and_the_empty_ones_and_no_other) {
+    // Range 0 is empty, range 1 one slot, range 2 two slots; the write of window w fails. A
+    // window filled and never written (window 2, when window 1 fails) is not reported.
+    std::vector<unsigned char> bytes = nvmeio_test::pattern(3 * slot, 9);
+    const auto at = [&](std::size_t b) {
+        return reinterpret_cast<std::uintptr_t>(bytes.data() + b);
+    };
+    const std::vector<staged_range> ranges = {
+        {0, 0, 0, 0, false}, {0, 0, slot, at(0), false}, {0, slot, 2 * slot, at(slot), false}};
+    basic_aio_context<nvmeio_test::offset_fault_backend> context({4, 4096});
+    delayed_copy_engine engine;
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    for (std::size_t failing = 0; failing < 3; ++failing) {
+        BOOST_TEST_CONTEXT("the write of window " << failing << " fails") {
+            temp_path path("staged");
+            file out(path.str(), open_mode::write, direct_io::on);
+            nvmeio_test::offset_fault_backend::fail_offset = failing * slot + 5;
+            staged_run<basic_aio_context<nvmeio_test::offset_fault_backend>, delayed_copy_engine>
+                run(context, ring, {&out}, ranges, operation::write);
+            std::vector<unsigned> reported(3, 0);
+            bool thrown = false;
+            try {
+                while (run.pending()) {
+                    for (std::size_t i : run.advance())
+                        ++reported.at(i);
+                }
+            } catch (const staged_error&) {
+                thrown = true;
+            }
+            BOOST_TEST(thrown);
+            BOOST_TEST(!run.pending());
+            BOOST_TEST(reported[0] == 1u);
+            BOOST_TEST(reported[1] == (failing > 0 ? 1u : 0u));
+            BOOST_TEST(reported[2] == 0u);
+            BOOST_TEST(engine.in_flight() == 0u);
+        }
+    }
+    nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
+}
+
 // ---- one file under two indices ------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(a_file_listed_twice_in_a_write_plan_is_written_as_one_file) {
@@ -641,89 +860,11 @@ BOOST_AUTO_TEST_CASE(a_file_listed_twice_in_a_read_plan_reads_each_unit_once) {
 
 // ---- the CUDA engine, on a driver table of test functions ----------------------------------
 
-namespace fake {
-// One device, a context stack, copies done at once; counts what the engine asked for.
-int pushes = 0, pops = 0, registered = 0, unregistered = 0, events = 0, copies = 0, devices = 1;
-int init(unsigned) {
-    return devices == 0 ? 100 : 0;
-}
-int count(int* n) {
-    *n = devices;
-    return 0;
-}
-int get(int* d, int i) {
-    *d = i;
-    return 0;
-}
-int retain(void** c, int) {
-    static int context;
-    *c = &context;
-    return 0;
-}
-int release(int) {
-    return 0;
-}
-int push(void*) {
-    return ++pushes, 0;
-}
-int pop(void**) {
-    return ++pops, 0;
-}
-int stream_create(void** s, unsigned) {
-    static int stream;
-    *s = &stream;
-    return 0;
-}
-int stream_destroy(void*) {
-    return 0;
-}
-int event_create(void** e, unsigned) {
-    static int event;
-    *e = &event;
-    return ++events, 0;
-}
-int event_destroy(void*) {
-    return --events, 0;
-}
-int ok(void*) {
-    return 0;
-}
-int record(void*, void*) {
-    return 0;
-}
-int host_register(void*, std::size_t, unsigned) {
-    return ++registered, 0;
-}
-int host_unregister(void*) {
-    return ++unregistered, 0;
-}
-int to_device(unsigned long long to, const void* from, std::size_t n, void*) {  // NOLINT
-    if (n == 13) return 1;  // CUDA_ERROR_INVALID_VALUE, for the error test
-    std::memcpy(reinterpret_cast<void*>(to), from, n);
-    return ++copies, 0;
-}
-int to_host(void* to, unsigned long long from, std::size_t n, void*) {  // NOLINT
-    std::memcpy(to, reinterpret_cast<const void*>(from), n);
-    return ++copies, 0;
-}
-int name(int r, const char** text) {
-    *text = r == 1 ? "CUDA_ERROR_INVALID_VALUE" : "CUDA_ERROR_OTHER";
-    return 0;
-}
-cuda_driver table() {
-    cuda_driver d;
-    d.init = init, d.device_count = count, d.device_get = get, d.primary_retain = retain;
-    d.primary_release = release, d.push = push, d.pop = pop, d.stream_create = stream_create;
-    d.stream_destroy = stream_destroy, d.event_create = event_create;
-    d.event_destroy = event_destroy, d.event_record = record, d.event_synchronize = ok;
-    d.event_query = ok, d.host_register = host_register, d.host_unregister = host_unregister;
-    d.copy_to_device = to_device, d.copy_to_host = to_host, d.error_name = name;
-    return d;
-}
-}  // namespace fake
+namespace fake = nvmeio_test::queued_cuda;
 
 BOOST_AUTO_TEST_CASE(
     the_cuda_engine_locks_the_ring_once_keeps_an_event_per_slot_and_leaves_the_context_stack_as_it_was) {
+    fake::reset();
     const cuda_driver driver = fake::table();
     const auto made = make_model(8, 20);
     model& m = *made;
@@ -742,13 +883,13 @@ BOOST_AUTO_TEST_CASE(
         file f1(m.paths[1].str(), open_mode::read, direct_io::on);
         {
             staging_ring<cuda_copy_engine> ring(engine, {3, slot});
-            BOOST_TEST(fake::registered == 1);
-            BOOST_TEST(fake::events == 3);
+            BOOST_TEST(fake::state.registered == 1);
+            BOOST_TEST(fake::state.events == 3);
             (void)staged_read(context, ring, {&f0, &f1}, m.ranges);
         }
-        BOOST_TEST(fake::unregistered == 1);
-        BOOST_TEST(fake::events == 0);
-        BOOST_TEST(fake::copies > 0);
+        BOOST_TEST(fake::state.unregistered == 1);
+        BOOST_TEST(fake::state.events == 0);
+        BOOST_TEST(fake::state.copies > 0);
         const auto file1 = nvmeio_test::slurp(m.paths[1].str());
         for (const auto& r : m.ranges) {
             if (r.file == 1 && r.length != 0) {
@@ -759,6 +900,7 @@ BOOST_AUTO_TEST_CASE(
         // A failed copy: std::system_error in the cuda category, naming the call and the result.
         staging_ring<cuda_copy_engine> ring(engine, {2, slot});
         std::vector<unsigned char> small(13);
+        fake::state.fail_to_device_call = 1;
         const std::string what = nvmeio_test::message_of<std::system_error>([&] {
             (void)staged_read(context, ring, {&f0},
                               {{0, 0, 13, reinterpret_cast<std::uintptr_t>(small.data()), false}});
@@ -766,15 +908,72 @@ BOOST_AUTO_TEST_CASE(
         BOOST_TEST(nvmeio_test::contains(
             what, "cuMemcpyHtoDAsync of 13 bytes on cuda:0 failed (CUDA_ERROR_INVALID_VALUE)"));
     }
-    BOOST_TEST(fake::pushes == fake::pops);
+    BOOST_TEST(fake::state.pushes == fake::state.pops);
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_driver_call_leaves_no_copy_queued_when_the_exception_leaves) {
+    // On a stream that runs copies only when synchronized: the 4th copy to the device (a read),
+    // the event record after all eight (a read), the 4th copy to the host (a write) fails.
+    enum class failing { to_device, record, to_host };
+    for (const failing call : {failing::to_device, failing::record, failing::to_host}) {
+        BOOST_TEST_CONTEXT("failing call " << static_cast<int>(call)) {
+            fake::reset();
+            const cuda_driver driver = fake::table();
+            const bool read = call != failing::to_host;
+            one_window window(
+                "staged_first", 51,
+                read ? std::vector<unsigned char>(slot, 0) : nvmeio_test::pattern(slot, 52));
+            file f(window.path.str(), read ? open_mode::read : open_mode::read_write,
+                   direct_io::on);
+            aio_context context({4, 4096});
+            {
+                cuda_copy_engine engine(0, &driver);
+                {
+                    staging_ring<cuda_copy_engine> ring(engine, {2, slot});
+                    if (call == failing::to_device) fake::state.fail_to_device_call = 4;
+                    if (call == failing::record) fake::state.fail_record_call = 1;
+                    if (call == failing::to_host) fake::state.fail_to_host_call = 4;
+                    const std::string what = nvmeio_test::message_of<std::system_error>([&] {
+                        if (read) {
+                            (void)staged_read(context, ring, {&f}, window.ranges);
+                        } else {
+                            (void)staged_write(context, ring, {&f}, window.ranges);
+                        }
+                    });
+                    BOOST_TEST(nvmeio_test::contains(what, "(CUDA_ERROR_INVALID_VALUE)"), what);
+                    BOOST_TEST(fake::state.queue.size() == 0u,
+                               fake::state.queue.size() << " copies queued after the exception");
+                }  // the ring detached right after the exception
+                BOOST_TEST(fake::state.queued_at_unregister == 0u);
+                BOOST_TEST(fake::state.unregistered == 1);
+            }
+            BOOST_TEST(fake::state.pushes == fake::state.pops);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(detaching_a_ring_waits_for_copies_not_yet_recorded) {
+    fake::reset();
+    const cuda_driver driver = fake::table();
+    cuda_copy_engine engine(0, &driver);
+    std::vector<unsigned char> device(100, 0);
+    {
+        staging_ring<cuda_copy_engine> ring(engine, {2, slot});
+        std::memset(ring.slot(1), 7, 100);
+        engine.copy_from_slot(1, reinterpret_cast<std::uintptr_t>(device.data()), ring.slot(1),
+                              100);
+    }
+    BOOST_TEST(fake::state.queued_at_unregister == 0u);
+    BOOST_TEST(device == std::vector<unsigned char>(100, 7));
 }
 
 BOOST_AUTO_TEST_CASE(the_cuda_engine_says_which_device_is_missing) {
+    fake::reset();
     const cuda_driver driver = fake::table();
     BOOST_TEST(nvmeio_test::contains(
         nvmeio_test::message_of<std::invalid_argument>([&] { cuda_copy_engine(3, &driver); }),
         "CUDA device 3 asked for; the driver sees 1"));
-    fake::devices = 0;
+    fake::state.devices = 0;
     bool thrown = false;
     try {
         cuda_copy_engine engine(0, &driver);
@@ -783,7 +982,7 @@ BOOST_AUTO_TEST_CASE(the_cuda_engine_says_which_device_is_missing) {
         BOOST_TEST((e.code() == std::errc::no_such_device));
         BOOST_TEST(nvmeio_test::contains(e.what(), "cuInit failed"));
     }
-    fake::devices = 1;
+    fake::state.devices = 1;
     BOOST_TEST(thrown);
 }
 

@@ -48,6 +48,7 @@ struct cuda_driver {
     result (*pop)(context*) = nullptr;                                ///< cuCtxPopCurrent
     result (*stream_create)(stream*, unsigned) = nullptr;             ///< cuStreamCreate
     result (*stream_destroy)(stream) = nullptr;                       ///< cuStreamDestroy
+    result (*stream_synchronize)(stream) = nullptr;                   ///< cuStreamSynchronize
     result (*event_create)(event*, unsigned) = nullptr;               ///< cuEventCreate
     result (*event_destroy)(event) = nullptr;                         ///< cuEventDestroy
     result (*event_record)(event, stream) = nullptr;                  ///< cuEventRecord
@@ -99,6 +100,7 @@ struct cuda_driver {
         find(d.pop, "cuCtxPopCurrent_v2");
         find(d.stream_create, "cuStreamCreate");
         find(d.stream_destroy, "cuStreamDestroy_v2");
+        find(d.stream_synchronize, "cuStreamSynchronize");
         find(d.event_create, "cuEventCreate");
         find(d.event_destroy, "cuEventDestroy_v2");
         find(d.event_record, "cuEventRecord");
@@ -207,15 +209,11 @@ class cuda_copy_engine {
         }
     }
 
-    /// Waits for every slot, destroys the events and unlocks the memory.
+    /// Waits for every copy started (recorded or not), destroys the events and unlocks the
+    /// memory.
     void detach() noexcept {
         if (memory_ == nullptr) return;
-        if (driver_.push(context_) == 0) {
-            for (cuda_driver::event e : events_)
-                (void)driver_.event_synchronize(e);
-            cuda_driver::context popped = nullptr;
-            (void)driver_.pop(&popped);
-        }
+        (void)wait_all();
         forget_ring();
     }
 
@@ -238,6 +236,15 @@ class cuda_copy_engine {
     void wait(unsigned slot) {
         current guard(*this);
         check(driver_.event_synchronize(events_.at(slot)), "cuEventSynchronize");
+    }
+    /// Blocks until every copy started on the engine's stream has ended, recorded or not (a
+    /// copy queued before a rejected call still runs); false if one failed.
+    bool wait_all() noexcept {
+        const bool pushed = driver_.push(context_) == 0;
+        const bool synchronized = driver_.stream_synchronize(stream_) == 0;
+        cuda_driver::context popped = nullptr;
+        if (pushed) (void)driver_.pop(&popped);
+        return pushed && synchronized;
     }
     /// `bytes` of device memory (for callers without a framework's allocator); free it with
     /// `free_device`. std::system_error when the device has too little.

@@ -75,9 +75,13 @@ inline std::tuple<bool, std::uint64_t, std::uint64_t> identity_of(const file& f)
 /// `staged_write` run one to its end.
 ///
 /// The context is any context `transfer` takes a file with (aio or parallel); the files and the
-/// ring must outlive the run. On an I/O failure `advance` waits for every copy in flight, then
-/// throws `staged_error` naming the first range the failed bytes belong to; the ring is then
-/// idle and may serve another run.
+/// ring must outlive the run. On a failure (an I/O's, the copy engine's) `advance` first waits
+/// for every copy started, so none outlives the call. Every range whose bytes arrived is reported
+/// exactly once, failure or not: the failing `advance` returns those it had collected (with a
+/// read's windows whose copies that wait saw complete; a write's slot filled but not written is
+/// not reported), and the next `advance` throws the failure (`pending()` is true until it has);
+/// with none to report, it throws at once. An I/O failure is `staged_error`, naming the first
+/// range the failed bytes belong to. The ring is then idle and may serve another run.
 template <class Context, class CopyEngine>
 class staged_run {
   public:
@@ -113,17 +117,24 @@ class staged_run {
     staged_run(const staged_run&) = delete;
     staged_run& operator=(const staged_run&) = delete;
     /// A run left before its end (an exception elsewhere) still waits for its copies.
-    ~staged_run() { drain(); }
+    ~staged_run() {
+        if (oldest_ < next_) (void)ring_->engine().wait_all();
+    }
 
-    /// True while windows are left to move, copies to complete or ranges to report.
+    /// True while windows are left to move, copies to complete, ranges to report or a failure
+    /// to throw.
     [[nodiscard]] bool pending() const noexcept {
-        return !done_.empty() || next_ < plan_.windows.size() || oldest_ < next_;
+        return !done_.empty() || failure_ != nullptr || next_ < plan_.windows.size() ||
+               oldest_ < next_;
     }
 
     /// Moves the next window (or, when none is left, waits for the oldest slot) and returns
     /// the ranges (indices in the plan) completed since the last call; empty ranges come first.
+    /// A failure is thrown once the ranges completed before it have been returned (class
+    /// comment).
     std::vector<std::size_t> advance() {
         std::vector<std::size_t> done = std::exchange(done_, {});
+        if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
         try {
             if (op_ == operation::read) {
                 advance_read(done);
@@ -131,9 +142,9 @@ class staged_run {
                 advance_write(done);
             }
         } catch (...) {
-            drain();
-            next_ = oldest_ = plan_.windows.size();
-            throw;
+            end_after_failure(done);
+            if (done.empty()) throw;
+            failure_ = std::current_exception();
         }
         return done;
     }
@@ -163,26 +174,11 @@ class staged_run {
             return;
         }
         const std::size_t w = next_;
-        const unsigned s = slot_of(w);
-        if (busy_[s] != none) wait_and_retire(oldest_++, done);
-        const auto& window = plan_.windows[w];
-        move_window(w, operation::read, window.length);
-        CopyEngine& engine = ring_->engine();
-        for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
-            const auto& piece = plan_.pieces[p];
-            const staged_range& r = ranges_[piece.range];
-            if (r.on_host) {
-                std::memcpy(reinterpret_cast<void*>(r.address + piece.from),
-                            ring_->slot(s) + piece.at, piece.length);
-            } else {
-                engine.copy_from_slot(s, r.address + piece.from, ring_->slot(s) + piece.at,
-                                      piece.length);
-                ++outcome_.copies;
-            }
-        }
-        engine.record(s);
-        busy_[s] = w;
+        if (busy_[slot_of(w)] != none) wait_and_retire(oldest_++, done);
+        move_window(w, operation::read, plan_.windows[w].length);
+        start_copies(w);
         ++next_;
+        CopyEngine& engine = ring_->engine();
         while (oldest_ < next_ && engine.ready(slot_of(oldest_)))
             wait_and_retire(oldest_++, done);
     }
@@ -195,13 +191,12 @@ class staged_run {
         }
         if (oldest_ < next_) {
             const std::size_t w = oldest_++;
-            const unsigned s = slot_of(w);
-            ring_->engine().wait(s);
+            wait_for_copies(w);
             if (observer_) {
                 const auto& window = plan_.windows[w];
                 for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
                     const auto& piece = plan_.pieces[p];
-                    observer_(piece.range, ring_->slot(s) + piece.at, piece.length);
+                    observer_(piece.range, ring_->slot(slot_of(w)) + piece.at, piece.length);
                 }
             }
             move_window(w, operation::write, plan_.windows[w].length);
@@ -231,21 +226,36 @@ class staged_run {
             }
             if (at < window.length) std::memset(ring_->slot(s) + at, 0, window.length - at);
         }
+        start_copies(w);
+    }
+
+    // Starts window w's copies between its slot and its ranges' memory (the run's own memcpy
+    // for host memory) and records them. Until then `filling_` and `started_to_` say which
+    // pieces' copies were started, for `end_after_failure`.
+    void start_copies(std::size_t w) {
+        const unsigned s = slot_of(w);
+        const auto& window = plan_.windows[w];
         CopyEngine& engine = ring_->engine();
-        for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
-            const auto& piece = plan_.pieces[p];
+        filling_ = w;
+        for (started_to_ = window.first_piece; started_to_ < window.end_piece; ++started_to_) {
+            const auto& piece = plan_.pieces[started_to_];
             const staged_range& r = ranges_[piece.range];
-            if (r.on_host) {
-                std::memcpy(ring_->slot(s) + piece.at,
-                            reinterpret_cast<const void*>(r.address + piece.from), piece.length);
+            std::byte* in_slot = ring_->slot(s) + piece.at;
+            const std::uintptr_t memory = r.address + piece.from;
+            if (r.on_host && op_ == operation::read) {
+                std::memcpy(reinterpret_cast<void*>(memory), in_slot, piece.length);
+            } else if (r.on_host) {
+                std::memcpy(in_slot, reinterpret_cast<const void*>(memory), piece.length);
+            } else if (op_ == operation::read) {
+                engine.copy_from_slot(s, memory, in_slot, piece.length);
             } else {
-                engine.copy_to_slot(s, ring_->slot(s) + piece.at, r.address + piece.from,
-                                    piece.length);
-                ++outcome_.copies;
+                engine.copy_to_slot(s, in_slot, memory, piece.length);
             }
+            outcome_.copies += r.on_host ? 0 : 1;
         }
         engine.record(s);
         busy_[s] = w;
+        filling_ = none;
     }
 
     // One transfer between a window's file bytes and its slot. A read that ends early (the file
@@ -291,36 +301,63 @@ class staged_run {
         return after != none ? after : plan_.pieces[window.first_piece].range;
     }
 
-    // Window w's copies have completed (its slot is free again): its ranges' pieces are done.
-    void retire(std::size_t w, std::vector<std::size_t>& done) {
+    // Waits for window w's recorded copies. Its slot is free again whatever the wait says: a
+    // failed copy ends the run, and `end_after_failure` waits for everything started.
+    void wait_for_copies(std::size_t w) {
         const unsigned s = slot_of(w);
         busy_[s] = none;
-        const auto& window = plan_.windows[w];
-        for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
+        ring_->engine().wait(s);
+    }
+
+    // Pieces [first, end) have all their bytes where they go: a range whose last piece is
+    // among them is done.
+    void retire_pieces(std::size_t first, std::size_t end, std::vector<std::size_t>& done) {
+        for (std::size_t p = first; p < end; ++p) {
             const std::size_t range = plan_.pieces[p].range;
             if (--plan_.pieces_of_range[range] == 0) done.push_back(range);
         }
     }
 
+    void retire(std::size_t w, std::vector<std::size_t>& done) {
+        retire_pieces(plan_.windows[w].first_piece, plan_.windows[w].end_piece, done);
+    }
+
     void wait_and_retire(std::size_t w, std::vector<std::size_t>& done) {
-        ring_->engine().wait(slot_of(w));
+        wait_for_copies(w);
         retire(w, done);
     }
 
-    // Waits for every slot with copies in flight, keeping the first error for nobody: the run
-    // is being abandoned, and the failure that abandoned it is the one reported.
-    void drain() noexcept {
-        for (std::size_t s = 0; s < busy_.size(); ++s) {
-            if (busy_[s] == none) continue;
-            try {
-                ring_->engine().wait(static_cast<unsigned>(s));
-            } catch (...) {
-            }
-            busy_[s] = none;
+    // Ends the run after a failure: waits for every copy started, recorded or not, so none
+    // outlives the call; a read's windows whose copies completed (and the pieces started of one
+    // whose copies were being started, if every copy completed) have arrived and are reported.
+    // A write's filled slots were never written: nothing of them is.
+    void end_after_failure(std::vector<std::size_t>& done) {
+        CopyEngine& engine = ring_->engine();
+        const bool all_completed = engine.wait_all();
+        const bool read = op_ == operation::read;
+        for (std::size_t w = oldest_; w < next_; ++w) {
+            if (busy_[slot_of(w)] != w) continue;
+            busy_[slot_of(w)] = none;
+            if (read && completed(slot_of(w))) retire(w, done);
+        }
+        if (filling_ != none && read && all_completed) {
+            retire_pieces(plan_.windows[filling_].first_piece, started_to_, done);
+        }
+        filling_ = none;
+        next_ = oldest_ = plan_.windows.size();
+    }
+
+    // Whether slot s's recorded copies completed, once they have ended.
+    bool completed(unsigned s) noexcept {
+        try {
+            ring_->engine().wait(s);
+            return true;
+        } catch (...) {
+            return false;
         }
     }
 
-    // The ring, taken for the run's life (given back after the destructor's drain).
+    // The ring, taken for the run's life (given back after the destructor's wait).
     struct lease {
         explicit lease(staging_ring<CopyEngine>& taken) : ring(&taken) { taken.take(); }
         lease(const lease&) = delete;
@@ -335,18 +372,22 @@ class staged_run {
     operation op_;
     transfer_config config_;
     detail::staged_plan plan_;
-    std::vector<std::size_t> busy_;  // per slot: the window whose copies it holds, or none
+    std::vector<std::size_t> busy_;  // per slot: the window whose recorded copies are not yet
+                                     // waited for, or none
     std::vector<std::size_t> done_;
-    std::size_t next_ = 0;    // the next window to move
-    std::size_t oldest_ = 0;  // the oldest window not yet retired
+    std::exception_ptr failure_;  // thrown by the next advance(), after the ranges it reported
+    std::size_t next_ = 0;        // the next window to move
+    std::size_t oldest_ = 0;      // the oldest window not yet retired
+    std::size_t filling_ = none;  // the window whose copies are being started
+    std::size_t started_to_ = 0;  // the end of its pieces whose copies were started
     staged_outcome outcome_;
     std::function<void(std::size_t, const std::byte*, std::size_t)> observer_;
 };
 
 /// Reads every range of the plan from `files` into its memory through the ring; calls
-/// `on_done(range)` as each range's bytes have arrived (may be an empty function).
-/// Throws std::invalid_argument for a bad plan before any I/O, staged_error for an I/O failure,
-/// and what the copy engine throws.
+/// `on_done(range)` as each range's bytes have arrived (may be an empty function), for every
+/// such range, once, before a failure is thrown. Throws std::invalid_argument for a bad plan
+/// before any I/O, staged_error for an I/O failure, and what the copy engine throws.
 template <class Context, class CopyEngine>
 staged_outcome staged_read(Context& context, staging_ring<CopyEngine>& ring,
                            std::vector<const file*> files, std::vector<staged_range> ranges,

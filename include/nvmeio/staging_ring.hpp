@@ -7,13 +7,16 @@
 /// cuda.hpp has the GPU's; slots are numbered 0..K-1):
 /// - `attach(std::byte* memory, std::size_t slot_size, unsigned slots)`: the ring's memory,
 ///   once (page-lock it, make one completion marker per slot); `detach() noexcept` undoes it
-///   after waiting for every slot;
+///   after waiting for every copy started, recorded or not;
 /// - `copy_from_slot(slot, std::uintptr_t to, const std::byte* from, n)` and
 ///   `copy_to_slot(slot, std::byte* to, std::uintptr_t from, n)`: start a copy (it may complete
-///   later, and may read or write the slot until then);
+///   later, and may read or write the slot until then); one that throws started nothing;
 /// - `record(slot)`: the slot's copies started so far complete together;
 /// - `wait(slot)`: blocks until they have (throws if one failed); `ready(slot)`: asks, without
-///   blocking.
+///   blocking;
+/// - `bool wait_all() noexcept`: blocks until every copy started so far has ended, recorded or
+///   not; false if one failed (or the wait did). A transfer that fails calls it before the
+///   exception leaves, so no copy outlives the call that started it, even when `record` threw.
 
 #include <atomic>
 #include <cstddef>
@@ -51,6 +54,8 @@ class host_copy_engine {
     void record(unsigned) noexcept {}
     /// Copies are complete when started.
     void wait(unsigned) noexcept {}
+    /// Copies are complete when started.
+    bool wait_all() noexcept { return true; }
     /// Always.
     [[nodiscard]] bool ready(unsigned) const noexcept { return true; }
 };

@@ -15,7 +15,7 @@ import torch
 
 import nvmeio_torch
 import nvmeio_torch.safetensors as st
-from nvmeio_torch import _files
+from nvmeio_torch import _files, checkpoint
 
 RACE_SECONDS = 2.5  # each race; the writer stops by itself after RACE_SECONDS + 10
 ELEMENTS = 64 << 10  # 256 KiB of float32: several reads per load, and many loads a second
@@ -86,7 +86,10 @@ def consistent(step, w):
     return step
 
 
-def test_torch_format_loads_are_never_torn_by_an_atomic_replace(workdir):
+@pytest.mark.parametrize("path", ["arena", "ring"])
+def test_torch_format_loads_are_never_torn_by_an_atomic_replace(workdir, path, monkeypatch):
+    if path == "ring":  # the GPU loads' pipeline, on the ring's host engine
+        monkeypatch.setattr(checkpoint, "_places_on_gpu", lambda *a: True)
     versions = []
     for v in (1, 2):
         path = os.path.join(workdir, f"v{v}.pt")
@@ -102,7 +105,7 @@ def test_torch_format_loads_are_never_torn_by_an_atomic_replace(workdir):
     race(target, versions, load_once)
 
 
-@pytest.mark.parametrize("reader", ["load_file", "safe_open", "load_files", "stream"])
+@pytest.mark.parametrize("reader", ["load_file", "safe_open", "load_files", "stream", "ring"])
 def test_safetensors_loads_are_never_torn_by_an_atomic_replace(workdir, reader):
     versions = []
     for v in (1, 2):
@@ -120,8 +123,14 @@ def test_safetensors_loads_are_never_torn_by_an_atomic_replace(workdir, reader):
                 loaded = {"step": f.get_tensor("step"), "w": f.get_slice("w")[:]}
         elif reader == "load_files":
             loaded = st.load_files([target], handle=handle)
-        else:  # a cap below one tensor's pair: the two tensors come in two chunks
+        elif reader == "stream":  # a cap below the pair: the two tensors in two chunks
             loaded = dict(st.stream(target, max_bytes=3 * ELEMENTS * 4, handle=handle))
+        else:  # the GPU loads' pipeline, on the ring's host engine
+            header = st._read_header(target)
+            try:
+                loaded = dict(st._to_device([header], torch.device("cpu")))
+            finally:
+                header.file.close()
         return consistent(loaded["step"], loaded["w"])
 
     race(target, versions, load_once)

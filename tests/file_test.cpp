@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -135,6 +136,45 @@ BOOST_AUTO_TEST_CASE(reopen_moves_bytes_of_the_descriptors_file_after_another_to
         f.write_at(memory(zeros), 0);
     }
     BOOST_TEST(nvmeio_test::holds_pattern(nvmeio_test::slurp(path.str()).data(), 8192, 2));
+}
+
+BOOST_AUTO_TEST_CASE(reopen_shares_the_descriptor_where_proc_refuses_to_reopen_it) {
+    // A descriptor opened before the process dropped its privileges: /proc checks them again
+    // and refuses, the descriptor itself still reads and writes.
+    if (::geteuid() != 0) {
+        nvmeio_test::skip("reopen's fallback not tested: dropping privileges needs root");
+        return;
+    }
+    temp_path path("reopen-private");
+    nvmeio_test::spew_pattern(path.str(), 8192, 3);
+    BOOST_REQUIRE(::chmod(path.str().c_str(), 0600) == 0);
+    const pid_t child = ::fork();
+    BOOST_REQUIRE(child >= 0);
+    if (child == 0) {
+        const int fd = ::open(path.str().c_str(), O_RDWR | O_CLOEXEC);
+        if (fd < 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+        if (::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDWR) >= 0) ::_exit(3);
+        std::error_code ec;
+        const file f = file::reopen(fd, open_mode::read_write, direct_io::automatic, ec);
+        std::vector<unsigned char> bytes(8192);
+        if (ec || f.is_direct()) ::_exit(4);
+        if (f.read_at(memory(bytes), 0, ec) != 8192 || ec) ::_exit(5);
+        if (!nvmeio_test::holds_pattern(bytes.data(), bytes.size(), 3)) ::_exit(6);
+        std::fill(bytes.begin(), bytes.end(), 7);
+        f.write_at(memory(bytes).first(100), 50, ec);
+        if (ec) ::_exit(7);
+        if (file::reopen(fd, open_mode::read, direct_io::on, ec).is_open() ||
+            ec != std::errc::invalid_argument) {
+            ::_exit(8);  // O_DIRECT asked of a descriptor without it
+        }
+        ::_exit(0);
+    }
+    int status = 0;
+    BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+    BOOST_TEST(WIFEXITED(status));
+    BOOST_TEST(WEXITSTATUS(status) == 0, "the child failed at step " << WEXITSTATUS(status));
+    const std::vector<unsigned char> after = nvmeio_test::slurp(path.str());
+    BOOST_TEST(std::count(after.begin() + 50, after.begin() + 150, 7) == 100);
 }
 
 BOOST_AUTO_TEST_CASE(reopen_of_a_descriptor_not_open_is_ebadf_naming_it) {

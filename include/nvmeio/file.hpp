@@ -91,8 +91,11 @@ class file {
     /// Opens afresh the file that the caller's open descriptor `descriptor` refers to (its inode
     /// through `/proc/self/fd`, whatever name the file has now), with `mode` and `direct` of its
     /// own: a rename or replace of the file's path can never send these bytes to another file.
-    /// Messages name the file by the descriptor's path at this time. Throws as the constructor;
-    /// `io_error` EBADF for a descriptor that is not open (`open_mode::write` truncates the file).
+    /// Where /proc refuses (it checks permissions again, or is not mounted), a duplicate of the
+    /// descriptor itself serves, O_DIRECT only if the descriptor has it (`direct_io::on` is then
+    /// EINVAL). Messages name the file by the descriptor's path at this time. Throws as the
+    /// constructor; `io_error` EBADF for a descriptor that is not open (`open_mode::write`
+    /// truncates the file, once it is known to be the descriptor's).
     [[nodiscard]] static file reopen(int descriptor, open_mode mode, direct_io direct) {
         file result;
         detail::throw_if(result.reopen_impl(descriptor, mode, direct));
@@ -291,9 +294,15 @@ class file {
   private:
     friend io_failure detail::trim_write_padding(const file&, std::uint64_t, std::uint64_t);
 
-    io_failure open_impl(std::string path, open_mode mode, direct_io direct);
+    // `existing`: neither create nor truncate (reopen does that only once the file is checked).
+    io_failure open_impl(std::string path, open_mode mode, direct_io direct, bool existing = false);
     // open_impl on /proc/self/fd/N, checked to be the descriptor's inode, then named by it.
     io_failure reopen_impl(int descriptor, open_mode mode, direct_io direct);
+    // Where /proc refuses that (it checks permissions again; no procfs), a duplicate of the
+    // descriptor itself, with its own flags: O_DIRECT only if it has it.
+    io_failure share_descriptor(int descriptor, open_mode mode, direct_io direct, std::string name);
+    // open_mode::write's truncation, once the file is known to be the descriptor's.
+    io_failure truncate_for(open_mode mode);
     // open_impl's steps, in order; a step that fails after open(2) leaves the descriptor for
     // open_impl to close.
     //

@@ -73,7 +73,8 @@ inline const char* file::refusal(file_kind kind, dev_t device) noexcept {
     return "not a regular file, a block device or a memory character device";
 }
 
-inline io_failure file::open_impl(std::string path, open_mode mode, direct_io direct) {
+inline io_failure file::open_impl(std::string path, open_mode mode, direct_io direct,
+                                  bool existing) {
     if (const std::size_t nul = path.find('\0'); nul != std::string::npos) {
         detail::throw_invalid("open of '" + detail::printable_path(path) +
                               "': the path has a NUL byte at position " + std::to_string(nul) +
@@ -84,7 +85,8 @@ inline io_failure file::open_impl(std::string path, open_mode mode, direct_io di
     mode_ = mode;
     direct_ = may_use_o_direct(direct);
     rw_flags_ = 0;
-    const int fd = open_descriptor(detail::open_flags(mode));
+    const int flags = detail::open_flags(mode) & ~(existing ? O_CREAT | O_TRUNC : 0);
+    const int fd = open_descriptor(flags);
     if (fd < 0) return open_failure(-fd);
     // The filesystem refused O_DIRECT and the file was opened buffered instead.
     const bool refused = may_use_o_direct(direct) && !direct_;
@@ -110,9 +112,23 @@ inline io_failure file::reopen_impl(int descriptor, open_mode mode, direct_io di
         return {detail::errno_code(error), "reopen of descriptor " + std::to_string(descriptor),
                 link, 0, 0};
     }
-    if (io_failure failure = open_impl(link, mode, direct)) return failure;
-    // The magic link opens the descriptor's own inode; anything else (a /proc that is not
-    // procfs) is refused rather than written.
+    // The name messages give the file: the link's target now, else the link.
+    std::string name(4096, '\0');
+    const ssize_t n = ::readlink(link.c_str(), name.data(), name.size());
+    name = n > 0 && static_cast<std::size_t>(n) < name.size()
+               ? name.substr(0, static_cast<std::size_t>(n))
+               : link;
+    // Neither created nor truncated until checked: the magic link opens the descriptor's own
+    // inode, and anything else (the number closed and reused meanwhile, a /proc that is not
+    // procfs) is refused untouched.
+    if (io_failure failure = open_impl(link, mode, direct, true)) {
+        const int error = failure.code.value();
+        if (error == EACCES || error == EPERM || error == ENOENT || error == ENXIO) {
+            return share_descriptor(descriptor, mode, direct, name);
+        }
+        failure.path = name;
+        return failure;
+    }
     struct stat opened {};
     if (::fstat(fd_, &opened) != 0 || opened.st_dev != given.st_dev ||
         opened.st_ino != given.st_ino) {
@@ -121,13 +137,47 @@ inline io_failure file::reopen_impl(int descriptor, open_mode mode, direct_io di
                 "reopen of descriptor " + std::to_string(descriptor) + " (another file opened)",
                 link, 0, 0};
     }
-    std::string name(4096, '\0');
-    const ssize_t n = ::readlink(link.c_str(), name.data(), name.size());
-    if (n > 0 && static_cast<std::size_t>(n) < name.size()) {
-        name.resize(static_cast<std::size_t>(n));
-        path_ = std::make_shared<const std::string>(std::move(name));
+    path_ = std::make_shared<const std::string>(std::move(name));
+    return truncate_for(mode);
+}
+
+inline io_failure file::share_descriptor(int descriptor, open_mode mode, direct_io direct,
+                                         std::string name) {
+    close_quietly();
+    path_ = std::make_shared<const std::string>(std::move(name));
+    mode_ = mode;
+    rw_flags_ = 0;
+    const std::string what = "reopen of descriptor " + std::to_string(descriptor);
+    const int flags = ::fcntl(descriptor, F_GETFL);
+    direct_ = flags >= 0 && (flags & O_DIRECT) != 0;
+    if (direct == direct_io::on && !direct_) {
+        return {detail::errno_code(EINVAL),
+                what +
+                    " with O_DIRECT (/proc refused to reopen it, and the descriptor has no "
+                    "O_DIRECT of its own)",
+                *path_, 0, 0};
     }
-    return {};
+    const int fd = ::fcntl(descriptor, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return {detail::errno_code(errno), what + " (duplicating it)", *path_, 0, 0};
+    struct stat st {};
+    io_failure failure = classify_opened(fd, direct, false, st);
+    if (!failure) failure = probe_uncached(fd, direct, false);
+    if (failure) {
+        ::close(fd);
+        return failure;
+    }
+    adopt(fd, st);  // its O_NONBLOCK, like its other flags, is the caller's: left as it is
+    return truncate_for(mode);
+}
+
+inline io_failure file::truncate_for(open_mode mode) {
+    if (mode != open_mode::write || kind_ != file_kind::regular || ::ftruncate(fd_, 0) == 0) {
+        return {};
+    }
+    const int error = errno;
+    io_failure failure{detail::errno_code(error), "ftruncate after reopen", path(), 0, 0};
+    close_quietly();
+    return failure;
 }
 
 inline int file::open_descriptor(int flags) {

@@ -56,14 +56,23 @@ class opened:
         self.path = os.fsdecode(os.fspath(path))
         self.fd = open_regular(self.path)
         self._closer = weakref.finalize(self, os.close, self.fd)
-        self.size = os.fstat(self.fd).st_size
+        self.stat = os.fstat(self.fd)
+        self.size = self.stat.st_size
+
+    def check_unchanged(self):
+        """``OSError`` ``ESTALE`` naming the file where it was written or resized in place since
+        it was opened (its size or modification time moved); one replaced under its name is
+        not: this descriptor still reads the file it opened."""
+        now = os.fstat(self.fd)
+        if (now.st_size, now.st_mtime_ns) != (self.stat.st_size, self.stat.st_mtime_ns):
+            raise OSError(errno.ESTALE, "the file changed (resized or written) since it was "
+                          "opened", self.path)
 
     def close(self):
+        """Closes the descriptor (once); ``fd`` is -1 from then on, never a number another
+        file may have been given."""
         self._closer()
-
-    @property
-    def closed(self):
-        return not self._closer.alive
+        self.fd = -1
 
     def __enter__(self):
         return self
@@ -144,8 +153,9 @@ def handle_or_default(handle):
 
 
 class draining:
-    """Leaves a handle with nothing pending however a block ends: mark ``pending`` once it
-    queues an asynchronous request. On a normal exit the handle is waited for (its I/O error
+    """Leaves a handle with nothing pending however a block ends: mark ``pending`` just before
+    it queues an asynchronous request (an interrupt raised as the call returns then still finds
+    it marked; waiting with nothing queued returns at once). On a normal exit the handle is waited for (its I/O error
     raised); on an exception too, its own error dropped, so that the one that stopped the block
     goes on."""
 
@@ -226,8 +236,8 @@ def read_spans(handle, reads):
         for r in reads:
             buffers, offsets = r.requests()
             if buffers:
+                queue.pending = True  # first: an interrupt as the call returns still waits
                 handle.async_pread_batch(buffers, r.file.fd, offsets)
-                queue.pending = True
 
 
 def cpus(most=None):

@@ -6,6 +6,7 @@ directory read back and checked, at any offset too.
 """
 
 import _compat_pickle
+import importlib
 import io
 import pickle
 import sys
@@ -166,9 +167,9 @@ def _write_data(data, temporary, handle, raw=()):
     writes = [(t, offset) for r, t, offset in data if r.size] + list(raw)
     with draining(handle) as queue:
         if writes:
+            queue.pending = True  # first: an interrupt as the call returns still waits
             handle.async_pwrite_batch([t for t, _ in writes], temporary,
                                       [offset for _, offset in writes])
-            queue.pending = True
         # The CRCs are computed while the data is written.
         with ThreadPoolExecutor(max_workers=cpus()) as executor:  # the CPUs it may run on
             crcs = _zip.crc32_pieces(executor)
@@ -265,8 +266,12 @@ class Unpickler(pickle.Unpickler):
     def find_class(self, module, name):
         # Python 2's names first, as pickle maps them for protocols below 3 (torch.save writes
         # protocol 2): __builtin__.long is builtins.int, unicode str, xrange range, unichr chr;
-        # then modules torch renamed.
-        module, name = _python3_name(module, name)
+        # then modules torch renamed. Mapped whatever the protocol: a later protocol's names
+        # are Python 3's already. A mapped name is resolved here, not by pickle, which would map
+        # it once more (Python 2's whichdb is dbm.whichdb, and Python 2's dbm is dbm.ndbm).
+        python3 = _python3_name(module, name)
+        mapped = python3 != (module, name)
+        module, name = python3
         module = {"torch.tensor": "torch._tensor"}.get(module, module)
         # torch 2 pickles the storages of tensors rebuilt by _rebuild_tensor_v3 (dtypes without
         # a typed storage class: uint16/32/64, float8...) as torch.storage.UntypedStorage.
@@ -284,6 +289,8 @@ class Unpickler(pickle.Unpickler):
                     f"nvmeio_torch.load({self._path!r}): weights_only=True refuses the global "
                     f"{module}.{name} (only tensors, containers and plain values are "
                     "unpickled); pass weights_only=False if you trust this file")
+        if mapped:
+            return getattr(importlib.import_module(module), name)
         return super().find_class(module, name)
 
 

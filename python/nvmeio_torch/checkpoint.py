@@ -29,7 +29,7 @@ import sys
 
 import torch
 
-from . import _torch_zip, _zip
+from . import _C, _torch_zip, _zip
 
 __all__ = ["save", "load"]
 
@@ -170,8 +170,9 @@ def _load_into_arena(file, pickled, data_entries, data_prefix, span_ends, restor
     data = spans(file, [(e.header_offset, span_ends[id(e)]) for e in data_entries.values()])
     read_spans(handle, [data])
 
-    def storage_of(e, nbytes, location):
-        view = torch.from_numpy(_record_bytes(e, data, span_ends, path)[:nbytes])
+    def storage_of(e, nbytes, location):  # a storage of the record's bytes alone
+        view = (_C.own_storage(data.arena, _record_at(e, data, span_ends, path), nbytes)
+                if nbytes else torch.empty(0, dtype=torch.uint8))
         return restore_location(_torch_zip.untyped_of(view), location)
 
     persistent_load = _torch_zip.persistent_loader(path, data_entries, data_prefix, storage_of)
@@ -188,11 +189,16 @@ def _validate_sparse_tensors():
         validate()
 
 
-def _record_bytes(e, read, span_ends, path):
-    """e's data as a view of the arena of ``read``, the spans its extent was read into."""
+def _record_at(e, read, span_ends, path):
+    """Where e's data starts in the arena of ``read``, the spans its extent was read into."""
     data = _torch_zip.data_start(e, read, span_ends, path)
-    at = read.offset_of(data, data + e.size)  # inside e's extent, which was read whole
-    return read.arena.numpy()[at:at + e.size]
+    return read.offset_of(data, data + e.size)  # inside e's extent, which was read whole
+
+
+def _record_bytes(e, read, span_ends, path):
+    """e's data, copied out of the arena of ``read``."""
+    at = _record_at(e, read, span_ends, path)
+    return read.arena[at:at + e.size].numpy().tobytes()
 
 
 def _read_pickle(file, pickle_entry, byteorder, span_ends, handle):
@@ -205,12 +211,12 @@ def _read_pickle(file, pickle_entry, byteorder, span_ends, handle):
     small = spans(file, [(e.header_offset, span_ends[id(e)]) for e in small_entries])
     read_spans(handle, [small])
     if byteorder is not None:
-        raw = _record_bytes(byteorder, small, span_ends, path).tobytes()
+        raw = _record_bytes(byteorder, small, span_ends, path)
         order = raw.decode("ascii", "replace")
         if order != sys.byteorder:
             raise ValueError(f"{path}: saved with {order}-endian data; this machine is "
                              f"{sys.byteorder}-endian")
-    return _record_bytes(pickle_entry, small, span_ends, path).tobytes()
+    return _record_bytes(pickle_entry, small, span_ends, path)
 
 
 def _load_legacy(file, head, map_location, weights_only):
@@ -277,5 +283,7 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
         pickled = _read_pickle(file, pickle_entry, byteorder, span_ends, handle)
         on_gpu = _places_on_gpu(map_location, restore_location, pickled)
         load_storages = _load_through_rings if on_gpu else _load_into_arena
-        return load_storages(file, pickled, data_entries, data_prefix, span_ends,
-                             restore_location, weights_only, handle)
+        loaded = load_storages(file, pickled, data_entries, data_prefix, span_ends,
+                               restore_location, weights_only, handle)
+        file.check_unchanged()  # not written in place while it loaded
+        return loaded

@@ -87,17 +87,16 @@ class _Entry:
 
 
 class _Header:
-    """A checked header: entries in file order, the data section's start, the file's identity,
-    and the file it was read from (``_files.opened``), through which every byte is then read."""
+    """A checked header: entries in file order, the data section's start, and the file it was
+    read from (``_files.opened``), through which every byte is then read."""
 
-    def __init__(self, file, data_start, entries, metadata, identity=None):
+    def __init__(self, file, data_start, entries, metadata):
         self.file = file
         self.path = file.path
         self.file_size = file.size
         self.data_start = data_start
         self.entries = entries  # OrderedDict name -> _Entry, by offset
         self.metadata = metadata
-        self.identity = identity
 
 
 def _no_duplicates(pairs):
@@ -197,7 +196,6 @@ def _read_header(path):
     file = opened(path)
     fd = file.fd
     try:
-        st = os.fstat(fd)
         size = file.size
         if size < 8:
             _fail(path, f"the file has {size} bytes, fewer than the 8 of the header length")
@@ -218,9 +216,8 @@ def _read_header(path):
     except BaseException:
         file.close()
         raise
-    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     return _Header(file, data_start, OrderedDict((entry.name, entry) for entry in entries),
-                   metadata, identity)
+                   metadata)
 
 
 @contextlib.contextmanager
@@ -382,12 +379,8 @@ def _span(header, begin, end):
 
 
 def _check_unchanged(header):
-    """ESTALE where the file was written or resized in place since its header was read (one
-    replaced under its name is not: its bytes are still read through the header's descriptor)."""
-    st = os.fstat(header.file.fd)
-    if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != header.identity:
-        raise OSError(errno.ESTALE, "the file changed (resized or written) since its header was "
-                      "read", header.path)
+    """ESTALE where the file was written or resized in place since its header was read."""
+    header.file.check_unchanged()
 
 
 def _to_device(headers, device, names=None, max_bytes=None):
@@ -453,10 +446,11 @@ def load_file(filename, device="cpu", *, handle=None):
 class safe_open:
     """An open safetensors file, as the package's ``safe_open`` (``framework="pt"``).
 
-    The header is read and checked when it is made; ``get_tensor`` and ``get_slice`` then read
-    only the bytes they need (an aligned superset, into a fresh arena). Reads raise ``OSError``
-    if the file was replaced or changed since. Usable as a context manager; closed, it refuses
-    further reads.
+    The file is opened, and its header read and checked, when it is made; ``get_tensor`` and
+    ``get_slice`` then read only the bytes they need (an aligned superset, into a fresh arena),
+    through that descriptor: a file replaced under its name meanwhile is not seen, and one
+    written or resized in place raises ``OSError`` ``ESTALE``. Usable as a context manager;
+    closed (or garbage-collected), it closes the file and refuses further reads, its slices too.
     """
 
     def __init__(self, filename, framework="pt", device="cpu", *, handle=None):
@@ -568,7 +562,7 @@ class _Slice:
 
     def _part(self, dtype, lo, hi):
         """Rows [lo, hi) of dimension 0, read alone (the whole tensor when hi is None)."""
-        header, entry = self._header, self._entry
+        header, entry = self._owner._open_header(), self._entry
         if hi is None:
             part_shape, begin, end = entry.shape, entry.begin, entry.end
         else:
@@ -898,9 +892,9 @@ def _stream(chunks, max_bytes, device, handle, observe):
             arena = pool.take(chunk.stop - chunk.start)
             if arena is None:
                 return False
+            queue.pending = True  # first: an interrupt as the call returns still waits
             handle.async_pread_batch([arena.tensor[:chunk.stop - chunk.start]],
                                      chunk.header.file.fd, [chunk.start])
-            queue.pending = True
         held.append(_Held(i, arena, arena is None))
         note("submit", chunk=i, bytes=0 if arena is None else arena.nbytes,
              fresh=arena is not None and not arena.reused)

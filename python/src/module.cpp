@@ -29,18 +29,33 @@
 namespace py = pybind11;
 using namespace pybind11::literals;
 
-// A file argument: a path (str), or an open descriptor (int) that is reopened through
-// /proc/self/fd, never by name (file_source.hpp). Anything else is a TypeError.
+// A file argument: a path (str, bytes or os.PathLike), or an open descriptor (int) that is
+// reopened through /proc/self/fd, never by name (file_source.hpp). Anything else (a bool too)
+// is a TypeError.
 namespace pybind11::detail {
 template <>
 struct type_caster<nvmeio_torch::file_source> {
-    PYBIND11_TYPE_CASTER(nvmeio_torch::file_source, const_name("str | int"));
+    PYBIND11_TYPE_CASTER(nvmeio_torch::file_source, const_name("str | bytes | os.PathLike | int"));
     bool load(handle source, bool) {
-        if (PyUnicode_Check(source.ptr())) {
-            value = nvmeio_torch::file_source::named(source.cast<std::string>());
+        if (!PyLong_Check(source.ptr())) {
+            object path = reinterpret_steal<object>(PyOS_FSPath(source.ptr()));
+            if (!path) {
+                PyErr_Clear();
+                return false;
+            }
+            if (PyUnicode_Check(path.ptr())) {  // as os.fsencode: the file system's encoding
+                path = reinterpret_steal<object>(PyUnicode_EncodeFSDefault(path.ptr()));
+                if (!path) {
+                    PyErr_Clear();
+                    return false;
+                }
+            }
+            value = nvmeio_torch::file_source::named(
+                std::string(PyBytes_AS_STRING(path.ptr()),
+                            static_cast<std::size_t>(PyBytes_GET_SIZE(path.ptr()))));
             return true;
         }
-        if (!PyLong_Check(source.ptr()) || PyBool_Check(source.ptr())) return false;
+        if (PyBool_Check(source.ptr())) return false;
         int overflow = 0;
         const long fd = PyLong_AsLongAndOverflow(source.ptr(), &overflow);
         if (overflow != 0 || fd < std::numeric_limits<int>::min() ||
@@ -567,11 +582,19 @@ void def_staged(py::module_& m) {
                 auto job = std::make_unique<py_staged_job>();
                 // The tensors kept: their storages stay put until the job closes.
                 std::vector<torch::Tensor> tensors;
-                if (py::isinstance<py::list>(keep) || py::isinstance<py::tuple>(keep)) {
+                if (THPVariable_Check(keep.ptr())) {
+                    tensors.push_back(THPVariable_Unpack(keep.ptr()));
+                } else if (!keep.is_none()) {
+                    if (!py::isinstance<py::list>(keep) && !py::isinstance<py::tuple>(keep)) {
+                        throw py::type_error(
+                            "staging_ring.start: keep must be a tensor or a list of tensors");
+                    }
                     for (const py::handle item : keep) {
-                        if (THPVariable_Check(item.ptr())) {
-                            tensors.push_back(THPVariable_Unpack(item.ptr()));
+                        if (!THPVariable_Check(item.ptr())) {
+                            throw py::type_error(
+                                "staging_ring.start: keep must be a tensor or a list of tensors");
                         }
+                        tensors.push_back(THPVariable_Unpack(item.ptr()));
                     }
                 }
                 job->held = storage_hold(tensors);
@@ -587,8 +610,8 @@ void def_staged(py::module_& m) {
             py::keep_alive<0, 1>(), "op"_a, "paths"_a, "files"_a, "offsets"_a, "lengths"_a,
             "addresses"_a, "on_host"_a, "checksum"_a = false, "keep"_a = py::none(),
             "Starts a staged read or write of ranges (files[i] indexes paths, each a path or an "
-            "open descriptor); keep is held until the job closes, and the storages of the "
-            "tensors in it stay put.");
+            "open descriptor); keep (a tensor or a list of them) is held until the job closes, "
+            "and the tensors' storages stay put.");
 }
 
 }  // namespace
@@ -632,7 +655,7 @@ PYBIND11_MODULE(_C, m) {
         "A uint8 tensor of nbytes bytes over fresh 4096-aligned memory that it owns (locked "
         "where lock asks and the kernel allows).",
         "nbytes"_a, "lock"_a = false);
-    m.def("own_storage", &nvmeio_torch::bytes_of_own,
+    m.def("own_storage", &nvmeio_torch::own_storage,
           "A uint8 tensor over bytes [offset, offset + length) of a contiguous CPU tensor, with a "
           "storage of exactly those bytes (not resizable) that keeps the tensor's alive; no copy.",
           "tensor"_a, "offset"_a, "length"_a);
@@ -705,7 +728,20 @@ PYBIND11_MODULE(_C, m) {
         .def("get_backend", [](const py_handle& h) { return h.settings().backend; })
         .def("wait", &py_handle::wait,
              "Waits for every pending request; returns how many (0 when none). Raises the first "
-             "failure after all have finished.");
+             "failure after all have finished.")
+        .def(
+            "async_pwrite",  // DeepSpeed's descriptor form, keyword `fd` included
+            [](py_handle& h, const torch::Tensor& buffer, int fd, std::int64_t file_offset) {
+                if (buffer.defined() && buffer.is_cuda()) {
+                    return h.start_staged(operation::write, {buffer}, {file_offset},
+                                          nvmeio_torch::file_source::of_descriptor(fd), true,
+                                          "async_pwrite");
+                }
+                return h.start(nvmeio_torch::make_request(operation::write, buffer, file_offset,
+                                                          false, "async_pwrite"),
+                               nvmeio_torch::file_source::of_descriptor(fd), true);
+            },
+            "buffer"_a, "fd"_a, "file_offset"_a = 0);
     nvmeio_torch::def_transfers(handle);
     nvmeio_torch::def_locked_tensors(handle);
 

@@ -29,6 +29,9 @@
 
 #include <torch/types.h>
 
+#include "own_storage.hpp"
+#include "storage_hold.hpp"
+
 namespace nvmeio_torch {
 
 /// Refuses a caller's value: pybind11 raises std::invalid_argument as ValueError.
@@ -77,9 +80,27 @@ inline torch::Tensor tensor_over(nvmeio::aligned_buffer memory, std::int64_t cou
     return torch::empty({0}, torch::TensorOptions().dtype(type)).set_(storage, 0, {count}, {1});
 }
 
+namespace detail {
+// The memory `tensor_over` made under `tensor`, seen through a pending request's hold
+// (storage_hold.hpp) and through a storage of part of it (own_storage.hpp); else null.
+inline owned_memory* owned_memory_of(const torch::Tensor& tensor) {
+    if (!tensor.has_storage()) return nullptr;
+    const c10::Storage* storage = &tensor.storage();
+    for (int depth = 0; depth < 2; ++depth) {  // a piece of an arena, then the arena
+        const c10::DataPtr& memory = storage_hold::allocation_of(*storage);
+        if (memory.get_deleter() == &free_owned) {
+            return static_cast<owned_memory*>(memory.get_context());
+        }
+        storage = storage_of_piece(memory);
+        if (storage == nullptr) return nullptr;
+    }
+    return nullptr;
+}
+}  // namespace detail
+
 /// True when `tensor` views memory that `tensor_over` made.
 [[nodiscard]] inline bool owned_by_nvmeio(const torch::Tensor& tensor) {
-    return tensor.has_storage() && tensor.storage().data_ptr().get_deleter() == &detail::free_owned;
+    return detail::owned_memory_of(tensor) != nullptr;
 }
 
 /// The bytes of a contiguous CPU tensor as a view. Over nvmeio's memory (tensor_over) the view
@@ -88,37 +109,11 @@ inline torch::Tensor tensor_over(nvmeio::aligned_buffer memory, std::int64_t cou
 inline nvmeio::mutable_memory memory_of(const torch::Tensor& tensor) {
     void* data = tensor.numel() == 0 ? nullptr : tensor.data_ptr();
     const std::size_t bytes = tensor.nbytes();
-    if (data == nullptr || !owned_by_nvmeio(tensor)) return nvmeio::memory(data, bytes);
-    auto* owned = static_cast<detail::owned_memory*>(tensor.storage().data_ptr().get_context());
+    detail::owned_memory* owned = data == nullptr ? nullptr : detail::owned_memory_of(tensor);
+    if (owned == nullptr) return nvmeio::memory(data, bytes);
     const auto at =
         static_cast<std::size_t>(static_cast<const std::byte*>(data) - owned->memory.data());
     return nvmeio::memory(owned->memory).slice(at, bytes);
-}
-
-/// A uint8 tensor over bytes [at, at + length) of the contiguous CPU tensor `arena` whose
-/// storage is exactly those bytes (and is not resizable): a loaded tensor that views an arena
-/// neither carries the rest of it into `torch.save` nor reaches its neighbours through
-/// `resize_`. The storage keeps the arena's alive; nothing is copied.
-inline torch::Tensor bytes_of_own(const torch::Tensor& arena, std::int64_t at,
-                                  std::int64_t length) {
-    if (!arena.defined() || !arena.is_cpu() || !arena.is_contiguous()) {
-        throw_invalid("own_storage: the arena must be a contiguous CPU tensor");
-    }
-    const auto bytes = static_cast<std::int64_t>(arena.nbytes());
-    if (at < 0 || length < 0 || at > bytes || length > bytes - at) {
-        throw_invalid("own_storage: bytes [" + std::to_string(at) + ", +" + std::to_string(length) +
-                      ") are not within the arena's " + std::to_string(bytes));
-    }
-    auto kept = std::make_unique<c10::Storage>(arena.storage());
-    void* data = static_cast<std::byte*>(arena.data_ptr()) + at;
-    c10::DataPtr pointer(
-        data, kept.get(), [](void* context) { delete static_cast<c10::Storage*>(context); },
-        c10::Device(c10::kCPU));
-    kept.release();  // the DataPtr deletes it from here on
-    c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<std::size_t>(length),
-                         std::move(pointer), nullptr, false);
-    return torch::empty({0}, torch::TensorOptions().dtype(torch::kUInt8))
-        .set_(storage, 0, {length}, {1});
 }
 
 /// A uint8 tensor of `bytes` bytes over fresh page-aligned memory (locked as `page_aligned`

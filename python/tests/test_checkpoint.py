@@ -605,3 +605,30 @@ def test_python_2_names_of_builtins_in_protocol_2_pickles_load(workdir, value):
     else:
         with pytest.raises(pickle.UnpicklingError, match=f"builtins.{value.__name__}"):
             nvmeio_torch.load(path)
+
+
+def test_a_python_2_name_is_mapped_once(workdir):
+    # whichdb is dbm.whichdb in Python 3, and Python 2's dbm module is dbm.ndbm: mapping the
+    # name twice would look for dbm.ndbm.whichdb.
+    import dbm
+
+    path = os.path.join(workdir, "whichdb.pt")
+    torch.save({"f": dbm.whichdb}, path)
+    assert nvmeio_torch.load(path, weights_only=False)["f"] is dbm.whichdb
+
+
+def test_a_checkpoint_written_in_place_while_it_loads_is_estale(workdir, monkeypatch):
+    path = os.path.join(workdir, "ckpt.pt")
+    nvmeio_torch.save({"w": torch.ones(1000)}, path)
+    real = _files.read_spans
+
+    def read_spans_of_a_file_written_meanwhile(handle, reads):
+        with open(path, "r+b") as f:  # in place: same inode, other bytes
+            f.seek(0, os.SEEK_END)
+            f.write(b"\0" * 10)
+        return real(handle, reads)
+
+    monkeypatch.setattr(_files, "read_spans", read_spans_of_a_file_written_meanwhile)
+    with pytest.raises(OSError, match="changed") as raised:
+        nvmeio_torch.load(path)
+    assert raised.value.errno == errno.ESTALE and raised.value.filename == path

@@ -267,3 +267,26 @@ def test_a_fifo_a_device_or_a_folder_is_refused_at_once_naming_it(workdir):
     for line in lines[8:12]:
         assert line.endswith("EISDIR True a folder, not a regular file"), line
     assert lines[12] == "index naming a FIFO: EINVAL True a FIFO, not a regular file"
+
+
+def test_a_file_argument_may_be_str_bytes_a_path_object_or_a_descriptor(workdir):
+    import pathlib
+
+    path = os.path.join(workdir, "f.bin")
+    write_file(path, random_bytes(4096))
+    expected = file_bytes(path)
+    h = nvmeio_torch.aio_handle()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for source in (path, os.fsencode(path), pathlib.Path(path), fd):
+            out = torch.zeros(4096, dtype=torch.uint8)
+            assert h.sync_pread(out, source, 0) == 1, source
+            assert torch.equal(out, expected), source
+            outs = [torch.zeros(100, dtype=torch.uint8), torch.zeros(50, dtype=torch.uint8)]
+            assert h.sync_pread_batch(outs, source, [0, 1000]) == 1, source
+            assert torch.equal(outs[1], expected[1000:1050]), source
+    finally:
+        os.close(fd)
+    for bad in (4.2, None, True, 1 << 40):
+        with pytest.raises(TypeError):
+            h.sync_pread(torch.zeros(8, dtype=torch.uint8), bad, 0)

@@ -100,3 +100,5 @@ def test_own_storage_refuses_bytes_outside_its_tensor():
             nvmeio_torch._C.own_storage(arena, offset, length)
     with pytest.raises(ValueError, match="contiguous CPU"):
         nvmeio_torch._C.own_storage(arena.view(64, 64)[:, 0], 0, 1)
+    with pytest.raises(ValueError, match="not be resizable"):
+        nvmeio_torch._C.own_storage(torch.zeros(100, dtype=torch.uint8), 0, 1)

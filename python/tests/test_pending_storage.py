@@ -16,6 +16,7 @@ SWAPS = {
     "set_": "t.set_(torch.empty(0, dtype=torch.uint8))",
     "resize_": "t.resize_(4 * N)",
     "storage_resize": "storage_of(t).resize_(0)",
+    "share_memory": "t.share_memory_()",  # the memory moved into shared memory in place
 }
 
 CASE = textwrap.dedent("""
@@ -35,6 +36,8 @@ CASE = textwrap.dedent("""
     if op == "write":
         t.copy_(torch.randint(0, 256, (N,), dtype=torch.uint8, generator=g))
     expected = t.clone()
+    from torch.multiprocessing.reductions import StorageWeakRef
+    ref = StorageWeakRef(storage_of(t))
     job = None
     if form in ("single", "locked"):
         (h.async_pread if op == "read" else h.async_pwrite)(t, path, 0)
@@ -52,12 +55,15 @@ CASE = textwrap.dedent("""
         refused = True
     del t  # the tensor's own last reference: only the operation may still hold the storage
     junk = [torch.full((1 << 18,), 7, dtype=torch.int32) for _ in range(64)]
+    assert not ref.expired(), "the pending operation let go of the storage"
     if job is None:
         assert h.wait() == 1
     else:
         while job.pending:
             job.advance()
         job.close()
+    if form != "locked":  # (the registry of locked tensors keeps its own)
+        assert ref.expired(), "the finished operation still holds the storage"
     if op == "write":
         with open(path, "rb") as f:
             written = f.read()

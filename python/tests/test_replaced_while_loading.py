@@ -3,6 +3,7 @@ every reader opens each file once and reads every byte through that descriptor, 
 is the old file or the new one, whole, and never an error. And the handle's descriptor form
 writes into the descriptor's file, never into whatever file has its name by then."""
 
+import errno
 import os
 import shutil
 import subprocess
@@ -194,3 +195,75 @@ def test_a_descriptor_write_lands_in_the_descriptors_file_while_another_takes_it
                 os.close(fd)
     assert writer.replaced > 10 and writes > 10, (writer.replaced, writes)
     assert misplaced == 0, f"{misplaced} of {writes} writes landed in another file"
+
+
+def test_a_load_replaced_between_its_directory_and_its_data_reads_the_file_it_opened(
+        workdir, monkeypatch):
+    # Deterministic: the replace lands after the zip directory (or header) was read and before
+    # any data is: every byte still comes from the file first opened.
+    versions = []
+    for v in (1, 2):
+        path = os.path.join(workdir, f"v{v}")
+        nvmeio_torch.save({"step": v, "w": torch.full((ELEMENTS,), float(v))}, path + ".pt")
+        st.save_file({"step": torch.tensor([v]), "w": torch.full((ELEMENTS,), float(v))},
+                     path + ".safetensors")
+        versions.append(path)
+    real = _files.read_spans
+    for suffix, load in ((".pt", nvmeio_torch.load), (".safetensors", st.load_file)):
+        target = os.path.join(workdir, "target" + suffix)
+        shutil.copyfile(versions[0] + suffix, target)
+
+        def read_spans_after_a_replace(handle, reads, suffix=suffix, target=target):
+            shutil.copyfile(versions[1] + suffix, target + ".tmp")
+            os.replace(target + ".tmp", target)
+            return real(handle, reads)
+
+        monkeypatch.setattr(_files, "read_spans", read_spans_after_a_replace)
+        monkeypatch.setattr(st, "read_spans", read_spans_after_a_replace)
+        loaded = load(target)
+        assert consistent(loaded["step"], loaded["w"]) == 1, suffix
+        monkeypatch.undo()
+
+
+def test_a_descriptor_write_after_its_name_was_taken_stays_in_its_file(workdir):
+    target = os.path.join(workdir, "target")
+    with open(target, "wb") as f:
+        f.write(b"\1" * 8192)
+    fd = os.open(target, os.O_RDWR)
+    try:
+        with open(target + ".new", "wb") as f:
+            f.write(b"\2" * 8192)
+        os.replace(target + ".new", target)  # the descriptor's file is now nameless
+        handle = nvmeio_torch.aio_handle()
+        payload = torch.full((8192,), 3, dtype=torch.uint8)
+        assert handle.async_pwrite(payload, fd=fd, file_offset=0) == 0
+        assert handle.wait() == 1
+        assert handle.sync_pwrite_batch([payload[:10]], fd, [100]) == 1
+        assert os.pread(fd, 8192, 0) == b"\3" * 8192
+        assert open(target, "rb").read() == b"\2" * 8192
+    finally:
+        os.close(fd)
+
+
+def test_a_descriptor_gives_no_more_access_than_it_has(workdir):
+    path = os.path.join(workdir, "f.bin")
+    with open(path, "wb") as f:
+        f.write(b"\1" * 4096)
+    handle = nvmeio_torch.aio_handle()
+    tensor = torch.zeros(4096, dtype=torch.uint8)
+    read_only = os.open(path, os.O_RDONLY)
+    write_only = os.open(path, os.O_WRONLY)
+    try:
+        with pytest.raises(OSError, match="read-only") as raised:
+            handle.sync_pwrite(tensor, read_only, 0)
+        assert raised.value.errno == errno.EBADF
+        with pytest.raises(OSError, match="write-only") as raised:
+            handle.sync_pread(tensor, write_only, 0)
+        assert raised.value.errno == errno.EBADF
+        assert open(path, "rb").read() == b"\1" * 4096
+        assert handle.sync_pread(tensor, read_only, 0) == 1 and int(tensor[0]) == 1
+        assert handle.sync_pwrite(tensor + 1, write_only, 0) == 1
+        assert open(path, "rb").read() == b"\2" * 4096
+    finally:
+        os.close(read_only)
+        os.close(write_only)

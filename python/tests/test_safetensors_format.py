@@ -185,3 +185,17 @@ def test_safe_open_notices_its_file_written_in_place(workdir):
         with pytest.raises(OSError, match="changed") as raised:
             f.get_tensor("a")
         assert raised.value.filename == path
+
+
+def test_a_slice_of_a_closed_safe_open_refuses_to_read(workdir):
+    path = os.path.join(workdir, "m.safetensors")
+    spec.write(path, spec.build({"a": torch.ones(4, 2)}))
+    with st.safe_open(path) as f:
+        part = f.get_slice("a")
+        assert torch.equal(part[1:3], torch.ones(2, 2))
+    decoy = os.open(path, os.O_RDONLY)  # may take the closed descriptor's number
+    try:
+        with pytest.raises(st.SafetensorError, match="closed"):
+            part[0:2]
+    finally:
+        os.close(decoy)

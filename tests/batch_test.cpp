@@ -407,16 +407,20 @@ BOOST_AUTO_TEST_CASE(overlapping_write_requests_are_refused_naming_both_before_a
 }
 
 // Overlapping requests are a write's concern only: read requests may share bytes, and each gets
-// the file's.
+// the file's. The shapes start on the file's O_DIRECT unit `u`: two from offset 0, the shorter
+// first, and a short one inside a longer one.
 BOOST_AUTO_TEST_CASE(overlapping_read_requests_each_get_the_files_bytes) {
     on_every_context([&](const std::string& context_name, auto& context) {
         for (const direct_io direct : {direct_io::on, direct_io::off}) {
             BOOST_TEST_CONTEXT(context_name << ", " << to_string(direct)) {
                 temp_path path("batch_overlap_read");
-                const auto bytes = nvmeio_test::pattern(8192, 78);
-                nvmeio_test::spew(path.str(), bytes.data(), bytes.size());
-                shaped_batch batch({{600, 0}, {1000, 0}, {10, 512}, {4096, 0}});
+                nvmeio_test::spew(path.str(), nullptr, 0);
                 file f(path.str(), open_mode::read, direct);
+                const std::size_t u = f.alignment().offset;
+                const auto bytes = nvmeio_test::pattern(std::max<std::size_t>(8192, 2 * u), 78);
+                nvmeio_test::spew(path.str(), bytes.data(), bytes.size());
+                shaped_batch batch(
+                    {{600, 0}, {1000, 0}, {10, u}, {std::max<std::size_t>(4096, 2 * u), 0}});
                 const batch_outcome got = read_batch(context, f, batch.requests);
                 for (std::size_t i = 0; i < batch.requests.size(); ++i) {
                     const batch_request& r = batch.requests[i];

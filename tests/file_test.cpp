@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -460,4 +461,54 @@ BOOST_AUTO_TEST_CASE(served_descriptors_are_left_blocking) {
     }
     file null("/dev/null", open_mode::read_write, direct_io::automatic);
     BOOST_TEST((::fcntl(null.native_handle(), F_GETFL) & O_NONBLOCK) == 0);
+}
+
+// One file however a handle reaches it (two opens, a hard link, buffered or O_DIRECT) has one
+// identity; another file, or a rename's new file under the old name, another. A device is its
+// own number: /dev/null and a node of it made elsewhere are one. A closed handle has none.
+BOOST_AUTO_TEST_CASE(identity_is_one_for_one_file_however_reached_and_differs_between_files) {
+    temp_path path("identity");
+    temp_path link("identity_link");
+    temp_path other("identity_other");
+    nvmeio_test::spew(path.str(), "0123456789", 10);
+    nvmeio_test::spew(other.str(), "0123456789", 10);
+    BOOST_REQUIRE(::link(path.str().c_str(), link.str().c_str()) == 0);
+    const file a(path.str(), open_mode::read, direct_io::on);
+    const file b(path.str(), open_mode::read_write, direct_io::off);
+    const file c(link.str(), open_mode::read, direct_io::on);
+    const file d(other.str(), open_mode::read, direct_io::on);
+    BOOST_TEST((a.identity() == b.identity()));
+    BOOST_TEST((a.identity() == c.identity()));
+    BOOST_TEST((a.identity() != d.identity()));
+    BOOST_TEST((a.identity().kind == file_kind::regular));
+    // The name now reaches another file; the handle still reaches its own.
+    BOOST_REQUIRE(::rename(other.str().c_str(), path.str().c_str()) == 0);
+    const file e(path.str(), open_mode::read, direct_io::on);
+    BOOST_TEST((e.identity() == d.identity()));
+    BOOST_TEST((e.identity() != a.identity()));
+
+    const file null(std::string("/dev/null"), open_mode::read, direct_io::off);
+    const file zero(std::string("/dev/zero"), open_mode::read, direct_io::off);
+    BOOST_TEST((null.identity() != zero.identity()));
+    BOOST_TEST((null.identity().kind == file_kind::character_device));
+    BOOST_TEST(null.identity().inode == 0u);
+    temp_path node("identity_null");
+    std::error_code opened;
+    const file again = ::mknod(node.str().c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0
+                           ? file::open(node.str(), open_mode::read, direct_io::off, opened)
+                           : file();
+    if (again.is_open()) {
+        BOOST_TEST((again.identity() == null.identity()));
+    } else {
+        BOOST_TEST_MESSAGE("no second node of /dev/null here (not root, or a nodev mount)");
+    }
+
+    file closed(path.str(), open_mode::read, direct_io::off);
+    closed.close();
+    std::error_code ec;
+    BOOST_TEST((closed.identity(ec) == file_identity{}));
+    BOOST_TEST((ec == std::errc::bad_file_descriptor));
+    const std::string what = message_of<io_error>([&] { (void)closed.identity(); });
+    BOOST_TEST(contains(what, "fstat (the handle is closed or was moved from)"), what);
+    BOOST_TEST(contains(what, path.str()), what);
 }

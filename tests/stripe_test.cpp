@@ -5,11 +5,14 @@
 #include <memory>
 #include <nvmeio/stripe.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend_support.hpp"
 #include "offset_fault_backend.hpp"
 #include "test_support.hpp"
+
+#include <unistd.h>
 
 using namespace nvmeio;
 using nvmeio_test::backend_types;
@@ -196,4 +199,39 @@ BOOST_AUTO_TEST_CASE(transfer_on_a_moved_from_set_is_rejected_not_a_crash) {
     }
     BOOST_TEST(set.locate(12345).offset == 12345u);  // no division by zero either
     BOOST_TEST(write(context, taken, buffer, 0).bytes == unit);
+}
+
+// Two members reaching one file (one path twice, a hard link, two handles on one path) would put
+// two workers' stripes at the same file offsets: refused, naming both, before anything moves.
+BOOST_AUTO_TEST_CASE(a_stripe_set_naming_one_file_twice_is_refused_naming_both_members) {
+    scratch_files scratch(2);
+    nvmeio_test::spew_pattern(scratch.names[0], 4 * 4096, 5);
+    const std::vector<unsigned char> before = nvmeio_test::slurp(scratch.names[0]);
+    temp_path link("stripe_link");
+    BOOST_REQUIRE(::link(scratch.names[0].c_str(), link.str().c_str()) == 0);
+    const auto refusal = [](auto&& make) {
+        return nvmeio_test::message_of<std::invalid_argument>(make);
+    };
+    const std::string a = scratch.names[0];
+    const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
+        {"one path twice", {a, a}},
+        {"a hard link", {a, link.str()}},
+        {"a third member, the first again", {a, scratch.names[1], a}}};
+    for (const auto& c : cases) {
+        const std::vector<std::string>& paths = c.second;
+        BOOST_TEST_CONTEXT(c.first) {
+            const std::string what =
+                refusal([&] { stripe_set set(paths, open_mode::read_write, 4096); });
+            BOOST_TEST(nvmeio_test::contains(what, "members 0 ('" + a + "') and " +
+                                                       std::to_string(paths.size() - 1) + " ('" +
+                                                       paths.back() + "') are one file"),
+                       what);
+        }
+    }
+    std::vector<file> handles;
+    handles.emplace_back(a, open_mode::read_write, direct_io::on);
+    handles.emplace_back(a, open_mode::read_write, direct_io::off);
+    const std::string what = refusal([&] { stripe_set set(std::move(handles), 4096); });
+    BOOST_TEST(nvmeio_test::contains(what, "members 0 ('" + a + "') and 1"), what);
+    BOOST_TEST(nvmeio_test::slurp(a) == before);
 }

@@ -41,6 +41,25 @@ inline io_failure trim_write_padding(const file& f, std::uint64_t padded_end, st
 inline constexpr int rwf_dontcache = 0x00000080;
 }  // namespace detail
 
+/// The file a handle reaches, as nvmeio compares files (`file::identity()`): equal for one file
+/// however it is reached (one handle twice, two opens of a path, hard links, bind mounts), and
+/// for a device by its own number, so two nodes of one disk are one. Not seen as one, though
+/// their bytes overlap: a partition and its whole disk, a loop device and its backing file.
+struct file_identity {
+    file_kind kind = file_kind::regular;  ///< What the file is.
+    std::uint64_t device = 0;  ///< A device's own number (`st_rdev`); else its filesystem's.
+    std::uint64_t inode = 0;   ///< The inode in that filesystem; 0 for a device.
+
+    /// Whether both name one file.
+    [[nodiscard]] friend bool operator==(const file_identity& a, const file_identity& b) noexcept {
+        return a.kind == b.kind && a.device == b.device && a.inode == b.inode;
+    }
+    /// Whether they name two files.
+    [[nodiscard]] friend bool operator!=(const file_identity& a, const file_identity& b) noexcept {
+        return !(a == b);
+    }
+};
+
 /// An open file. Move-only; closes exactly once; a closed or moved-from handle still names its
 /// file (every operation on it is an EBADF io_error). Distinct handles are independent, and one
 /// handle may be used by several threads. Every I/O member is const: a `const file&` moves bytes
@@ -128,6 +147,25 @@ class file {
     }
     /// The mode the file was opened with.
     [[nodiscard]] open_mode mode() const noexcept { return mode_; }
+    /// The file the handle reaches, from `fstat` (see `file_identity`); `io_error` EBADF when
+    /// not open.
+    [[nodiscard]] file_identity identity() const {
+        std::error_code ec;
+        const file_identity result = identity(ec);
+        detail::throw_if({ec, operation_name("fstat"), path(), 0, 0});
+        return result;
+    }
+    /// The file the handle reaches; `{}` and `ec` set on failure (EBADF when not open).
+    [[nodiscard]] file_identity identity(std::error_code& ec) const noexcept {
+        ec.clear();
+        struct stat st {};
+        if (::fstat(fd_, &st) != 0) {
+            ec = detail::errno_code(errno);
+            return {};
+        }
+        const bool device = S_ISBLK(st.st_mode) || S_ISCHR(st.st_mode);
+        return {kind_, device ? st.st_rdev : st.st_dev, device ? 0 : st.st_ino};
+    }
     /// What the file is (regular file, block device...), as seen at open.
     [[nodiscard]] file_kind kind() const noexcept { return kind_; }
     /// What O_DIRECT requires of this file (queried at open even when buffered).

@@ -45,11 +45,13 @@ struct stripe_location {
 class stripe_set {
   public:
     /// Takes the files (at least one). Throws std::invalid_argument for no files, a closed file,
-    /// or a stripe unit of 0 or not a multiple of some file's O_DIRECT alignment.
+    /// two members that are one file (`file::identity()`: their stripes would share file
+    /// offsets), or a stripe unit of 0 or not a multiple of some file's O_DIRECT alignment.
     stripe_set(std::vector<file> files, std::size_t stripe_unit)
         : files_(std::move(files)), stripe_unit_(stripe_unit) {
         if (files_.empty()) detail::throw_invalid("a stripe set needs at least one file (got 0)");
         if (stripe_unit_ == 0) detail::throw_invalid("stripe_unit must be at least 1 (got 0)");
+        std::vector<file_identity> identities;
         for (const file& f : files_) {
             if (!f.is_open()) detail::throw_invalid("stripe set: a file is not open");
             if (!is_aligned(stripe_unit_, f.required_alignment())) {
@@ -58,6 +60,17 @@ class stripe_set {
                                       std::to_string(f.required_alignment()) +
                                       " bytes, the O_DIRECT alignment of '" + f.path() + "'");
             }
+            identities.push_back(f.identity());
+        }
+        for (std::size_t j = 1; j < files_.size(); ++j) {
+            const auto i = static_cast<std::size_t>(
+                std::find(identities.begin(), identities.end(), identities[j]) -
+                identities.begin());
+            if (i == j) continue;
+            detail::throw_invalid("stripe set: members " + std::to_string(i) + " ('" +
+                                  files_[i].path() + "') and " + std::to_string(j) + " ('" +
+                                  files_[j].path() +
+                                  "') are one file, whose stripes would share its offsets");
         }
     }
 

@@ -122,16 +122,24 @@ void load_and_check(Context& context, Engine& engine, std::uint64_t seed) {
 
 BOOST_AUTO_TEST_SUITE(planning)
 
-// The identity callback of a plan whose file indices name different files.
-constexpr auto each_its_own_file = [](std::size_t i) { return i; };
+// What a plan knows of a file index: O_DIRECT unit `unit` (buffered when 1), `size` bytes, and
+// the file it names, `file` (its own index unless two indices name one file).
+detail::staged_file fake_file(std::size_t file, std::size_t unit, std::uint64_t size) {
+    detail::staged_file f;
+    f.identity = {file_kind::regular, 1, file};
+    f.path = "file" + std::to_string(file);
+    f.unit = unit;
+    f.direct = unit > 1;
+    f.size = size;
+    return f;
+}
 
 BOOST_AUTO_TEST_CASE(adjacent_ranges_share_windows_and_every_byte_is_planned_once) {
     // Three ranges end to end from offset 100 in a file of unit 512, slots of 1024 bytes.
     const std::vector<staged_range> ranges = {
         {0, 100, 1000, 1, false}, {0, 1100, 0, 1, false}, {0, 1100, 2000, 1, false}};
-    const auto plan = detail::plan_staged(
-        operation::read, 1, ranges, 1024, [](std::size_t) { return 512; },
-        [](std::size_t) { return 4000; }, each_its_own_file);
+    const auto plan = detail::plan_staged(operation::read, 1, ranges, 1024,
+                                          [](std::size_t i) { return fake_file(i, 512, 4000); });
     BOOST_TEST(plan.empty_ranges == std::vector<std::size_t>{1});
     BOOST_REQUIRE(plan.windows.size() == 4u);  // [0, 3100) in windows of 1024
     BOOST_TEST(plan.windows[0].offset == 0u);
@@ -155,9 +163,8 @@ BOOST_AUTO_TEST_CASE(adjacent_ranges_share_windows_and_every_byte_is_planned_onc
 BOOST_AUTO_TEST_CASE(ranges_apart_are_separate_runs_and_ranges_touching_one_unit_are_one) {
     const std::vector<staged_range> ranges = {
         {0, 0, 10, 1, false}, {0, 600, 10, 1, false}, {0, 5000, 10, 1, false}};
-    const auto plan = detail::plan_staged(
-        operation::read, 1, ranges, 4096, [](std::size_t) { return 512; },
-        [](std::size_t) { return 8192; }, each_its_own_file);
+    const auto plan = detail::plan_staged(operation::read, 1, ranges, 4096,
+                                          [](std::size_t i) { return fake_file(i, 512, 8192); });
     // 0..10 and 600..610 touch neighbouring 512-byte units: one run; 5000 starts another.
     BOOST_REQUIRE(plan.windows.size() == 2u);
     BOOST_TEST(plan.windows[0].length == 610u);
@@ -167,11 +174,10 @@ BOOST_AUTO_TEST_CASE(ranges_apart_are_separate_runs_and_ranges_touching_one_unit
 
 BOOST_AUTO_TEST_CASE(indices_naming_one_file_are_one_file_to_the_plan) {
     // Files 0 and 2 are one file, 1 another; unit 512, slots of 4096.
-    const auto same_as_0_and_2 = [](std::size_t i) { return i == 2 ? 0 : i; };
     const auto plan = [&](operation op, const std::vector<staged_range>& ranges) {
-        return detail::plan_staged(
-            op, 3, ranges, 4096, [](std::size_t) { return 512; }, [](std::size_t) { return 8192; },
-            same_as_0_and_2);
+        return detail::plan_staged(op, 3, ranges, 4096, [](std::size_t i) {
+            return fake_file(i == 2 ? 0 : i, 512, 8192);
+        });
     };
     // Reads and writes through 0 and 2 merge into one run (the shared unit moved once), moved
     // through index 0; file 1's bytes at the same offsets are a run of their own.
@@ -199,11 +205,80 @@ BOOST_AUTO_TEST_CASE(indices_naming_one_file_are_one_file_to_the_plan) {
     BOOST_CHECK_NO_THROW(plan(operation::write, {{0, 0, 100, 1, false}, {1, 50, 100, 1, false}}));
 }
 
+BOOST_AUTO_TEST_CASE(
+    a_file_moves_through_the_lowest_index_a_range_names_and_its_handles_must_be_alike) {
+    // Files 0 and 2 are one file, 1 another. Index 0 is buffered and read-only, index 2 O_DIRECT
+    // (unit 512) and writable; `asked` counts what the plan asks of each index.
+    std::vector<unsigned> asked(3, 0);
+    const auto plan = [&](operation op, const std::vector<staged_range>& ranges,
+                          std::size_t slot_size = 4096) {
+        return detail::plan_staged(op, 3, ranges, slot_size, [&](std::size_t i) {
+            ++asked.at(i);
+            detail::staged_file f = fake_file(i == 2 ? 0 : i, i == 0 ? 1 : 512, 8192);
+            f.writable = i != 0;
+            return f;
+        });
+    };
+    using nvmeio_test::message_of;
+    // Index 0 unused: the file's runs go through index 2, and index 0 is never asked about.
+    for (const operation op : {operation::read, operation::write}) {
+        std::fill(asked.begin(), asked.end(), 0);
+        const auto through_2 = plan(op, {{2, 0, 100, 1, false},
+                                         {0, 0, 0, 1, false},
+                                         {1, 0, 100, 1, false},
+                                         {2, 300, 100, 1, false}});
+        BOOST_REQUIRE(through_2.windows.size() == 2u);
+        BOOST_TEST(through_2.windows[0].file == 1u);
+        BOOST_TEST(through_2.windows[1].file == 2u);
+        BOOST_TEST(asked == (std::vector<unsigned>{0, 1, 1}));
+    }
+    // Both used: refused naming both, for a read (a write is refused first for index 0).
+    BOOST_TEST(nvmeio_test::contains(
+        message_of<std::invalid_argument>([&] {
+            plan(operation::read, {{2, 0, 100, 1, false}, {0, 200, 100, 1, false}});
+        }),
+        "staged read: files 0 and 2 are one file ('file0') opened differently (file 0 buffered, "
+        "file 2 O_DIRECT (unit 512)): list one handle for it"));
+    BOOST_TEST(nvmeio_test::contains(
+        message_of<std::invalid_argument>([&] {
+            plan(operation::write, {{2, 0, 100, 1, false}, {0, 200, 100, 1, false}});
+        }),
+        "staged write: range 1 (100 bytes at offset 200 of file 0) goes to 'file0', which file 0 "
+        "opened with open_mode::read"));
+    // Alike but for the unit, or for uncached I/O: refused too.
+    const auto unalike = [&](auto&& change) {
+        return message_of<std::invalid_argument>([&] {
+            detail::plan_staged(operation::read, 2, {{0, 0, 10, 1, false}, {1, 0, 10, 1, false}},
+                                4096, [&](std::size_t i) {
+                                    detail::staged_file f = fake_file(0, 512, 8192);
+                                    if (i == 1) change(f);
+                                    return f;
+                                });
+        });
+    };
+    BOOST_TEST(nvmeio_test::contains(
+        unalike([](detail::staged_file& f) { f.unit = 4096; }),
+        "files 0 and 1 are one file ('file0') opened differently (file 0 O_DIRECT (unit 512), "
+        "file 1 O_DIRECT (unit 4096))"));
+    BOOST_TEST(nvmeio_test::contains(unalike([](detail::staged_file& f) {
+                                         f.direct = false;
+                                         f.unit = 1;
+                                         f.rw_flags = 0x80;
+                                     }),
+                                     "(file 0 O_DIRECT (unit 512), file 1 uncached)"));
+    // The slot size is checked against the unit of the index the range names.
+    BOOST_TEST(nvmeio_test::contains(
+        message_of<std::invalid_argument>([&] {
+            plan(operation::read, {{2, 0, 5, 1, false}}, 1000);
+        }),
+        "staged read: range 0 (5 bytes at offset 0 of file 2): slot size 1000 is not a multiple "
+        "of file 2's O_DIRECT unit 512"));
+}
+
 BOOST_AUTO_TEST_CASE(bad_plans_are_refused_naming_the_range) {
     const auto plan = [](operation op, std::vector<staged_range> ranges, std::size_t slot_size) {
-        return detail::plan_staged(
-            op, 1, ranges, slot_size, [](std::size_t) { return 512; },
-            [](std::size_t) { return 1000; }, each_its_own_file);
+        return detail::plan_staged(op, 1, ranges, slot_size,
+                                   [](std::size_t i) { return fake_file(i, 512, 1000); });
     };
     using nvmeio_test::message_of;
     BOOST_TEST(nvmeio_test::contains(
@@ -228,9 +303,9 @@ BOOST_AUTO_TEST_CASE(bad_plans_are_refused_naming_the_range) {
         }),
         "range 0 (10 bytes at offset 18446744073709551605 of file 0) ends past the largest file "
         "offset"));
-    const auto last = detail::plan_staged(
-        operation::write, 1, {{0, (std::uint64_t{1} << 63) - 11, 10, 1, false}}, 4096,
-        [](std::size_t) { return 512; }, [](std::size_t) { return 0; }, each_its_own_file);
+    const auto last =
+        detail::plan_staged(operation::write, 1, {{0, (std::uint64_t{1} << 63) - 11, 10, 1, false}},
+                            4096, [](std::size_t i) { return fake_file(i, 512, 0); });
     BOOST_TEST(last.windows.size() == 1u);
     BOOST_TEST(nvmeio_test::contains(message_of<std::invalid_argument>([&] {
                                          plan(operation::read, {{0, 0, 5, 0, false}}, 4096);
@@ -774,6 +849,185 @@ BOOST_AUTO_TEST_CASE(a_failed_write_reports_the_ranges_written_and_the_empty_one
     nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
 }
 
+// ---- copies that fail after they started (a GPU's may) -------------------------------------
+
+namespace {
+
+// `count` ranges of a slot each of one file, read with K = 2 through the late engine (copies of
+// 20 ms), window w holding range w; each range's memory holds zeros until its bytes arrive.
+struct slot_ranges {
+    temp_path path{"staged_late"};
+    std::vector<unsigned char> file_bytes;
+    std::vector<unsigned char> memory;
+    std::vector<staged_range> ranges;
+
+    explicit slot_ranges(std::size_t count) : memory(count * slot, 0) {
+        nvmeio_test::spew_pattern(path.str(), count * slot, 70 + count);
+        file_bytes = nvmeio_test::slurp(path.str());
+        for (std::size_t i = 0; i < count; ++i) {
+            ranges.push_back({0, i * slot, slot,
+                              reinterpret_cast<std::uintptr_t>(memory.data() + i * slot), false});
+        }
+    }
+    bool arrived(std::size_t i) const {
+        return std::memcmp(memory.data() + i * slot, file_bytes.data() + i * slot, slot) == 0;
+    }
+    bool untouched(std::size_t i) const {
+        return std::all_of(memory.begin() + i * slot, memory.begin() + (i + 1) * slot,
+                           [](unsigned char b) { return b == 0; });
+    }
+};
+
+// Advances `run` to its end, counting each range reported; the exception that ends it, if any.
+template <class Run>
+std::string run_to_the_end(Run& run, std::vector<unsigned>& reported) {
+    try {
+        while (run.pending()) {
+            for (std::size_t i : run.advance())
+                ++reported.at(i);
+        }
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_window_whose_copy_fails_late_is_not_reported_and_the_next_one_is) {
+    // Window 0's copy fails as it lands; window 1's completes. The wait for window 0 throws, and
+    // only range 1 is reported, by the call that met the failure; the next call throws it.
+    slot_ranges data(2);
+    file f(data.path.str(), open_mode::read, direct_io::on);
+    aio_context context({4, 4096});
+    delayed_copy_engine engine(std::chrono::milliseconds{20});
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    engine.fail_copy_late(1);
+    staged_run<aio_context, delayed_copy_engine> run(context, ring, {&f}, data.ranges,
+                                                     operation::read);
+    std::vector<unsigned> reported(2, 0);
+    bool failed_when_reported = false;
+    std::string what;
+    try {
+        while (run.pending()) {
+            const std::vector<std::size_t> done = run.advance();
+            for (std::size_t i : done)
+                ++reported.at(i);
+            if (!done.empty()) failed_when_reported = run.failed() && run.pending();
+        }
+    } catch (const std::runtime_error& e) {
+        what = e.what();
+    }
+    BOOST_TEST(nvmeio_test::contains(what, "a copy of slot 0 failed late"), what);
+    BOOST_TEST(reported == (std::vector<unsigned>{0, 1}));
+    BOOST_TEST(failed_when_reported);
+    BOOST_TEST(run.failed());
+    BOOST_TEST(!run.pending());
+    BOOST_TEST(data.untouched(0));
+    BOOST_TEST(data.arrived(1));
+    BOOST_TEST(engine.in_flight() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_busy_window_whose_copy_failed_late_is_not_reported_when_an_io_fails) {
+    // Window 1's copy fails late; the read of window 2 fails while it is in flight. Range 0 was
+    // retired before; range 1, in the window drained after the failure, is not reported.
+    slot_ranges data(3);
+    file f(data.path.str(), open_mode::read, direct_io::on);
+    basic_aio_context<nvmeio_test::offset_fault_backend> context({4, 4096});
+    delayed_copy_engine engine(std::chrono::milliseconds{20});
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    engine.fail_copy_late(2);
+    nvmeio_test::offset_fault_backend::fail_offset = 2 * slot + 5;
+    staged_run<basic_aio_context<nvmeio_test::offset_fault_backend>, delayed_copy_engine> run(
+        context, ring, {&f}, data.ranges, operation::read);
+    std::vector<unsigned> reported(3, 0);
+    const std::string what = run_to_the_end(run, reported);
+    nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
+    BOOST_TEST(nvmeio_test::contains(what, data.path.str()), what);  // the I/O's failure
+    BOOST_TEST(reported == (std::vector<unsigned>{1, 0, 0}));
+    BOOST_TEST(data.arrived(0));
+    BOOST_TEST(data.untouched(1));
+    BOOST_TEST(engine.in_flight() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(pieces_started_before_a_failed_copy_call_are_not_reported_if_one_failed_late) {
+    // One window of eight ranges: the 2nd copy fails late, the 4th call throws. Ranges 0 and 2
+    // arrived, but the run cannot tell them from range 1: none is reported.
+    aio_context context({4, 4096});
+    delayed_copy_engine engine;
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    one_window window("staged_late", 24, std::vector<unsigned char>(slot, 0));
+    file f(window.path.str(), open_mode::read, direct_io::on);
+    engine.fail_copy_late(2);
+    engine.fail_copy_call(4);
+    std::vector<unsigned> reported(8, 0);
+    BOOST_CHECK_THROW((void)staged_read(context, ring, {&f}, window.ranges,
+                                        [&](std::size_t i) { ++reported.at(i); }),
+                      std::runtime_error);
+    BOOST_TEST(engine.in_flight() == 0u);
+    BOOST_TEST(reported == std::vector<unsigned>(8, 0));
+    BOOST_TEST(window.arrived(0));
+    BOOST_TEST(window.untouched(1));
+    BOOST_TEST(window.arrived(2));
+}
+
+BOOST_AUTO_TEST_CASE(a_write_whose_copy_into_the_slot_fails_late_writes_nothing_of_its_window) {
+    // Two windows; the copy into window 1's slot fails late: window 0 is written and reported,
+    // window 1 neither.
+    std::vector<unsigned char> bytes = nvmeio_test::pattern(2 * slot, 25);
+    const std::vector<staged_range> ranges = {
+        {0, 0, slot, reinterpret_cast<std::uintptr_t>(bytes.data()), false},
+        {0, slot, slot, reinterpret_cast<std::uintptr_t>(bytes.data() + slot), false}};
+    temp_path path("staged_late");
+    nvmeio_test::spew_pattern(path.str(), 2 * slot, 26);
+    std::vector<unsigned char> expected = nvmeio_test::slurp(path.str());
+    std::memcpy(expected.data(), bytes.data(), slot);
+    file out(path.str(), open_mode::read_write, direct_io::on);
+    aio_context context({4, 4096});
+    delayed_copy_engine engine(std::chrono::milliseconds{5});
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    engine.fail_copy_late(2);
+    std::vector<unsigned> reported(2, 0);
+    BOOST_CHECK_THROW(
+        (void)staged_write(context, ring, {&out}, ranges, [&](std::size_t i) { ++reported.at(i); }),
+        std::runtime_error);
+    BOOST_TEST(reported == (std::vector<unsigned>{1, 0}));
+    BOOST_TEST(nvmeio_test::slurp(path.str()) == expected);
+    BOOST_TEST(engine.in_flight() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(an_on_done_that_throws_leaves_no_copy_running_and_the_memory_may_be_freed) {
+    // Six windows, copies of 20 ms: when range 0 is reported, windows 1 and 2 are still being
+    // copied. The exception from on_done leaves only once they have landed.
+    aio_context context({4, 4096});
+    delayed_copy_engine engine(std::chrono::milliseconds{20});
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    {
+        slot_ranges data(6);  // the destination, freed as the exception leaves
+        file f(data.path.str(), open_mode::read, direct_io::on);
+        BOOST_CHECK_THROW((void)staged_read(context, ring, {&f}, data.ranges,
+                                            [](std::size_t) { throw std::domain_error("stop"); }),
+                          std::domain_error);
+        BOOST_TEST(engine.in_flight() == 0u, "copies still running after the exception");
+    }
+    (void)engine.wait_all();  // a late copy would land in freed memory here (ASan sees it)
+    BOOST_TEST(engine.in_flight() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_run_that_ends_well_has_not_failed) {
+    slot_ranges data(3);
+    file f(data.path.str(), open_mode::read, direct_io::on);
+    aio_context context({4, 4096});
+    delayed_copy_engine engine;
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    staged_run<aio_context, delayed_copy_engine> run(context, ring, {&f}, data.ranges,
+                                                     operation::read);
+    std::vector<unsigned> reported(3, 0);
+    BOOST_TEST(run_to_the_end(run, reported) == "");
+    BOOST_TEST(!run.failed());
+    BOOST_TEST(reported == (std::vector<unsigned>{1, 1, 1}));
+}
+
 // ---- one file under two indices ------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(a_file_listed_twice_in_a_write_plan_is_written_as_one_file) {
@@ -855,6 +1109,114 @@ BOOST_AUTO_TEST_CASE(a_file_listed_twice_in_a_read_plan_reads_each_unit_once) {
         BOOST_TEST(outcome.windows == 1u);
         BOOST_TEST(std::memcmp(destination.data(), bytes.data(), 100) == 0);
         BOOST_TEST(std::memcmp(destination.data() + 100, bytes.data() + 200, 100) == 0);
+    }
+}
+
+// Handles of one file that a plan uses must move bytes alike, and a write's must be writable:
+// else one range would go through another's handle (buffered where O_DIRECT was asked, or
+// refused mid-run after other files were written). Both are refused before any byte moves; a
+// handle the plan lists but does not use is not its concern.
+BOOST_AUTO_TEST_CASE(a_write_through_a_read_only_handle_is_refused_before_any_byte_moves) {
+    temp_path a_path("staged_a");
+    temp_path b_path("staged_b");
+    nvmeio_test::spew_pattern(a_path.str(), slot, 61);
+    nvmeio_test::spew_pattern(b_path.str(), slot, 62);
+    const std::vector<unsigned char> a_before = nvmeio_test::slurp(a_path.str());
+    const std::vector<unsigned char> b_before = nvmeio_test::slurp(b_path.str());
+    std::vector<unsigned char> bytes = nvmeio_test::pattern(200, 63);
+    const auto at = [&](std::size_t b) {
+        return reinterpret_cast<std::uintptr_t>(bytes.data() + b);
+    };
+    file a(a_path.str(), open_mode::read_write, direct_io::on);
+    file b_read(b_path.str(), open_mode::read, direct_io::on);
+    file b(b_path.str(), open_mode::read_write, direct_io::on);
+    aio_context context({4, 4096});
+    delayed_copy_engine engine;
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    // Through index 1, read-only: refused naming the range and its index, nothing written.
+    const std::string what = nvmeio_test::message_of<std::invalid_argument>([&] {
+        (void)staged_write(context, ring, {&a, &b_read, &b},
+                           {{0, 0, 100, at(0), false}, {1, 0, 100, at(100), false}});
+    });
+    BOOST_TEST(nvmeio_test::contains(what, "range 1 (100 bytes at offset 0 of file 1)"), what);
+    BOOST_TEST(nvmeio_test::contains(what, "open_mode::read"), what);
+    BOOST_TEST(nvmeio_test::slurp(a_path.str()) == a_before);
+    BOOST_TEST(nvmeio_test::slurp(b_path.str()) == b_before);
+    // Through index 2 only: index 1, the same file read-only, is listed but unused.
+    (void)staged_write(context, ring, {&a, &b_read, &b},
+                       {{0, 0, 100, at(0), false}, {2, 0, 100, at(100), false}});
+    std::vector<unsigned char> a_expected = a_before;
+    std::vector<unsigned char> b_expected = b_before;
+    std::memcpy(a_expected.data(), bytes.data(), 100);
+    std::memcpy(b_expected.data(), bytes.data() + 100, 100);
+    BOOST_TEST(nvmeio_test::slurp(a_path.str()) == a_expected);
+    BOOST_TEST(nvmeio_test::slurp(b_path.str()) == b_expected);
+}
+
+BOOST_AUTO_TEST_CASE(handles_of_one_file_opened_differently_are_refused_naming_both_indices) {
+    temp_path a_path("staged_a");
+    temp_path b_path("staged_b");
+    nvmeio_test::spew_pattern(a_path.str(), slot, 64);
+    nvmeio_test::spew_pattern(b_path.str(), slot, 65);
+    const std::vector<unsigned char> a_before = nvmeio_test::slurp(a_path.str());
+    const std::vector<unsigned char> b_before = nvmeio_test::slurp(b_path.str());
+    std::vector<unsigned char> bytes = nvmeio_test::pattern(300, 66);
+    const auto at = [&](std::size_t b) {
+        return reinterpret_cast<std::uintptr_t>(bytes.data() + b);
+    };
+    file a(a_path.str(), open_mode::read_write, direct_io::on);
+    file b_buffered(b_path.str(), open_mode::read_write, direct_io::off);
+    file b_direct(b_path.str(), open_mode::read_write, direct_io::on);
+    aio_context context({4, 4096});
+    host_copy_engine engine;
+    staging_ring<host_copy_engine> ring(engine, {2, slot});
+    for (const operation op : {operation::read, operation::write}) {
+        BOOST_TEST_CONTEXT(to_string(op)) {
+            const std::string what = nvmeio_test::message_of<std::invalid_argument>([&] {
+                const std::vector<staged_range> ranges = {{0, 0, 100, at(0), false},
+                                                          {2, 0, 100, at(100), false},
+                                                          {1, 200, 100, at(200), false}};
+                if (op == operation::read) {
+                    (void)staged_read(context, ring, {&a, &b_buffered, &b_direct}, ranges);
+                } else {
+                    (void)staged_write(context, ring, {&a, &b_buffered, &b_direct}, ranges);
+                }
+            });
+            BOOST_TEST(nvmeio_test::contains(what, "files 1 and 2 are one file"), what);
+            BOOST_TEST(nvmeio_test::contains(what, "file 1 buffered"), what);
+            BOOST_TEST(nvmeio_test::contains(what, "file 2 O_DIRECT"), what);
+            BOOST_TEST(nvmeio_test::slurp(a_path.str()) == a_before);
+            BOOST_TEST(nvmeio_test::slurp(b_path.str()) == b_before);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_closed_or_moved_from_handle_in_the_list_is_refused_naming_its_index) {
+    temp_path path("staged");
+    nvmeio_test::spew_pattern(path.str(), slot, 67);
+    file f(path.str(), open_mode::read, direct_io::on);
+    file closed(path.str(), open_mode::read, direct_io::on);
+    closed.close();
+    file moved(path.str(), open_mode::read, direct_io::on);
+    file taker(std::move(moved));
+    std::vector<unsigned char> destination(100);
+    const std::vector<staged_range> ranges = {
+        {0, 0, 100, reinterpret_cast<std::uintptr_t>(destination.data()), false}};
+    aio_context context({4, 4096});
+    host_copy_engine engine;
+    staging_ring<host_copy_engine> ring(engine, {2, slot});
+    for (const file* unusable : {&closed, &moved}) {
+        std::string what;
+        try {
+            what = nvmeio_test::message_of<std::invalid_argument>([&] {
+                (void)staged_read(context, ring, {&f, unusable}, ranges);
+            });
+        } catch (const std::exception& e) {
+            what = std::string("another exception: ") + e.what();
+        }
+        BOOST_TEST(
+            nvmeio_test::contains(what, "staged read: file 1 ('" + path.str() + "') is not open"),
+            what);
     }
 }
 
@@ -984,6 +1346,36 @@ BOOST_AUTO_TEST_CASE(the_cuda_engine_says_which_device_is_missing) {
     }
     fake::state.devices = 1;
     BOOST_TEST(thrown);
+}
+
+BOOST_AUTO_TEST_CASE(a_driver_table_missing_an_entry_the_engine_calls_is_refused_naming_it) {
+    // Each entry the engine calls, left out in turn: refused before any call, naming it (a
+    // table without stream_synchronize crashed every ring's detach).
+    const std::pair<void (*)(cuda_driver&), const char*> entries[] = {
+        {[](cuda_driver& d) { d.stream_synchronize = nullptr; },
+         "stream_synchronize (cuStreamSynchronize)"},
+        {[](cuda_driver& d) { d.event_query = nullptr; }, "event_query (cuEventQuery)"},
+        {[](cuda_driver& d) { d.init = nullptr; }, "init (cuInit)"},
+        {[](cuda_driver& d) { d.copy_to_host = nullptr; }, "copy_to_host (cuMemcpyDtoHAsync)"},
+    };
+    for (const auto& [leave_out, name] : entries) {
+        BOOST_TEST_CONTEXT(name) {
+            fake::reset();
+            cuda_driver driver = fake::table();
+            leave_out(driver);
+            const std::string what = nvmeio_test::message_of<std::invalid_argument>(
+                [&] { cuda_copy_engine engine(0, &driver); });
+            BOOST_TEST(nvmeio_test::contains(what, std::string("lacks ") + name), what);
+            BOOST_TEST(fake::state.pushes == 0);
+        }
+    }
+    // The entries only the helpers call (allocate, free, copy_back) may be left out: the fake
+    // table has none, and the engine serves a ring.
+    const cuda_driver driver = fake::table();
+    cuda_copy_engine engine(0, &driver);
+    BOOST_TEST(nvmeio_test::contains(
+        nvmeio_test::message_of<std::invalid_argument>([&] { (void)engine.allocate_device(10); }),
+        "lacks allocate (cuMemAlloc)"));
 }
 
 BOOST_AUTO_TEST_CASE(without_nvidias_driver_opening_it_says_what_is_missing) {

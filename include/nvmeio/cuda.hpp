@@ -31,7 +31,9 @@
 NVMEIO_BEGIN_NAMESPACE
 
 /// The driver API functions the engine uses, as a table: `cuda_driver::open()` fills it from
-/// `libcuda.so.1`; tests may fill it with functions of their own.
+/// `libcuda.so.1`; tests may fill it with functions of their own. A table filled by hand needs
+/// every entry but `error_name`, `allocate`, `free` and `copy_back`, which only the helpers of
+/// the same names (and messages) call.
 struct cuda_driver {
     using result = int;  ///< CUresult: 0 is success, 600 "not ready".
     using context = void*;
@@ -144,9 +146,14 @@ class cuda_category_impl : public std::error_category {
 class cuda_copy_engine {
   public:
     /// An engine for CUDA device `device` (as `cuda:N`), through `driver` (by default the
-    /// process's libcuda). Throws as the file comment says.
+    /// process's libcuda). Throws as the file comment says; std::invalid_argument, before any
+    /// call, for a table without an entry the engine calls, naming it.
     explicit cuda_copy_engine(int device, const cuda_driver* driver = nullptr)
         : driver_(driver != nullptr ? *driver : cuda_driver::open()), device_(device) {
+        if (const char* missing = first_missing_entry(driver_)) {
+            detail::throw_invalid(std::string("cuda_copy_engine: the driver table lacks ") +
+                                  missing);
+        }
         if (const int r = driver_.init(0); r != 0) {
             const int code = r == 100 ? ENODEV : EIO;  // CUDA_ERROR_NO_DEVICE
             throw std::system_error(
@@ -249,6 +256,7 @@ class cuda_copy_engine {
     /// `bytes` of device memory (for callers without a framework's allocator); free it with
     /// `free_device`. std::system_error when the device has too little.
     [[nodiscard]] std::uintptr_t allocate_device(std::size_t bytes) {
+        require(driver_.allocate, "allocate (cuMemAlloc)");
         current guard(*this);
         cuda_driver::device_pointer p = 0;
         check(driver_.allocate(&p, bytes), "cuMemAlloc", bytes);
@@ -256,7 +264,7 @@ class cuda_copy_engine {
     }
     /// Frees memory from `allocate_device`.
     void free_device(std::uintptr_t memory) noexcept {
-        if (driver_.push(context_) != 0) return;
+        if (driver_.free == nullptr || driver_.push(context_) != 0) return;
         (void)driver_.free(memory);
         cuda_driver::context popped = nullptr;
         (void)driver_.pop(&popped);
@@ -264,6 +272,7 @@ class cuda_copy_engine {
     /// Copies `n` bytes at device address `from` to host memory `to` and waits (to check what
     /// a transfer left on the device).
     void copy_back(void* to, std::uintptr_t from, std::size_t n) {
+        require(driver_.copy_back, "copy_back (cuMemcpyDtoH)");
         current guard(*this);
         check(driver_.copy_back(to, from, n), "cuMemcpyDtoH", n);
     }
@@ -291,6 +300,44 @@ class cuda_copy_engine {
       private:
         const cuda_copy_engine& engine_;
     };
+
+    // The first entry of `d` the engine calls that is null (its name and the driver's), or
+    // nullptr.
+    static const char* first_missing_entry(const cuda_driver& d) noexcept {
+        const std::pair<bool, const char*> entries[] = {
+            {d.init != nullptr, "init (cuInit)"},
+            {d.device_count != nullptr, "device_count (cuDeviceGetCount)"},
+            {d.device_get != nullptr, "device_get (cuDeviceGet)"},
+            {d.primary_retain != nullptr, "primary_retain (cuDevicePrimaryCtxRetain)"},
+            {d.primary_release != nullptr, "primary_release (cuDevicePrimaryCtxRelease)"},
+            {d.push != nullptr, "push (cuCtxPushCurrent)"},
+            {d.pop != nullptr, "pop (cuCtxPopCurrent)"},
+            {d.stream_create != nullptr, "stream_create (cuStreamCreate)"},
+            {d.stream_destroy != nullptr, "stream_destroy (cuStreamDestroy)"},
+            {d.stream_synchronize != nullptr, "stream_synchronize (cuStreamSynchronize)"},
+            {d.event_create != nullptr, "event_create (cuEventCreate)"},
+            {d.event_destroy != nullptr, "event_destroy (cuEventDestroy)"},
+            {d.event_record != nullptr, "event_record (cuEventRecord)"},
+            {d.event_synchronize != nullptr, "event_synchronize (cuEventSynchronize)"},
+            {d.event_query != nullptr, "event_query (cuEventQuery)"},
+            {d.host_register != nullptr, "host_register (cuMemHostRegister)"},
+            {d.host_unregister != nullptr, "host_unregister (cuMemHostUnregister)"},
+            {d.copy_to_device != nullptr, "copy_to_device (cuMemcpyHtoDAsync)"},
+            {d.copy_to_host != nullptr, "copy_to_host (cuMemcpyDtoHAsync)"},
+        };
+        for (const auto& [present, name] : entries) {
+            if (!present) return name;
+        }
+        return nullptr;
+    }
+
+    // A helper's entry, which the constructor does not require.
+    template <class Function>
+    static void require(Function* entry, const char* name) {
+        if (entry == nullptr) {
+            detail::throw_invalid(std::string("cuda_copy_engine: the driver table lacks ") + name);
+        }
+    }
 
     void check(int result, const char* call, std::size_t bytes = 0) const {
         if (result == 0) return;

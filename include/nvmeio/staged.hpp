@@ -9,9 +9,11 @@
 /// The plan is per byte range, not per object: a range may straddle slots, ranges of one file
 /// whose aligned units touch are read (or written) as one run, so every byte of the file is
 /// moved once, and a zero-length range completes at once. One file is one file however it is
-/// listed: handles are compared by device and inode, so the same file under two indices (one
-/// handle twice, two handles, a hard link) is planned as one, and its run moved through the
-/// lowest index's handle.
+/// listed: handles are compared by `file::identity()`, so the same file under two indices (one
+/// handle twice, two handles, a hard link) is planned as one, and its runs moved through the
+/// lowest index a range names it by. Those handles must move bytes alike (O_DIRECT and its unit,
+/// uncached or buffered), and a write's must be writable; a handle listed but named by no range
+/// is only checked to be open.
 ///
 /// The ring and the copy engines it works with: staging_ring.hpp.
 
@@ -25,11 +27,8 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
-
-#include <sys/stat.h>
 
 #include "nvmeio/detail/staged_plan.hpp"
 #include "nvmeio/error.hpp"
@@ -54,21 +53,6 @@ class staged_error : public io_error {
     std::size_t range_;
 };
 
-namespace detail {
-
-// The file a handle reaches, as a plan compares files: its device and inode, or a block device's
-// own number (two nodes of one disk are one file).
-inline std::tuple<bool, std::uint64_t, std::uint64_t> identity_of(const file& f) {
-    struct stat st {};
-    if (::fstat(f.native_handle(), &st) != 0) {
-        throw io_error({errno_code(errno), "fstat", f.path(), 0, 0});
-    }
-    if (S_ISBLK(st.st_mode)) return {true, st.st_rdev, 0};
-    return {false, st.st_dev, st.st_ino};
-}
-
-}  // namespace detail
-
 /// A staged transfer run step by step: each `advance()` moves one window (a slot's bytes) and
 /// reports the ranges whose bytes have all arrived (a read: at their memory; a write: in the
 /// file), so a caller can use each range as soon as it is there. `staged_read` and
@@ -76,17 +60,22 @@ inline std::tuple<bool, std::uint64_t, std::uint64_t> identity_of(const file& f)
 ///
 /// The context is any context `transfer` takes a file with (aio or parallel); the files and the
 /// ring must outlive the run. On a failure (an I/O's, the copy engine's) `advance` first waits
-/// for every copy started, so none outlives the call. Every range whose bytes arrived is reported
-/// exactly once, failure or not: the failing `advance` returns those it had collected (with a
-/// read's windows whose copies that wait saw complete; a write's slot filled but not written is
-/// not reported), and the next `advance` throws the failure (`pending()` is true until it has);
-/// with none to report, it throws at once. An I/O failure is `staged_error`, naming the first
-/// range the failed bytes belong to. The ring is then idle and may serve another run.
+/// for every copy started, so none outlives the call. A range is reported once, and only once
+/// all its bytes arrived (a read: its copies succeeded; a write: its windows were written); a
+/// range with bytes in a window that failed is not, whether or not they landed. The failing
+/// `advance` returns what completed before the failure, with a read's windows whose copies that
+/// wait saw succeed, and the next `advance` throws the failure (`pending()` is true until then,
+/// `failed()` from then on); with nothing to report, it throws at once. A run destroyed before
+/// it has thrown drops the failure unseen: check `failed()`. An I/O failure is `staged_error`,
+/// naming the first range the failed bytes belong to. The ring is then idle and may serve
+/// another run. A run destroyed before its end (an exception elsewhere) first waits for its
+/// copies.
 template <class Context, class CopyEngine>
 class staged_run {
   public:
-    /// Takes the ring (std::logic_error when another run has it), checks and plans;
-    /// std::invalid_argument (naming the range) before anything moves.
+    /// Takes the ring (std::logic_error when another run has it), checks and plans before
+    /// anything moves: std::invalid_argument for a null or closed handle (naming its index), a
+    /// bad range (naming it), or two indices of one file opened differently (naming both).
     staged_run(Context& context, staging_ring<CopyEngine>& ring, std::vector<const file*> files,
                std::vector<staged_range> ranges, operation op, transfer_config config = {})
         : lease_(ring),
@@ -96,27 +85,22 @@ class staged_run {
           ranges_(std::move(ranges)),
           op_(op),
           config_(config) {
-        std::vector<std::tuple<bool, std::uint64_t, std::uint64_t>> identities;
+        const std::string what = "staged " + std::string(to_string(op_)) + ": file ";
         for (std::size_t i = 0; i < files_.size(); ++i) {
-            if (files_[i] == nullptr) {
-                detail::throw_invalid("staged " + std::string(to_string(op_)) + ": file " +
-                                      std::to_string(i) + " is null");
+            if (files_[i] == nullptr) detail::throw_invalid(what + std::to_string(i) + " is null");
+            if (!files_[i]->is_open()) {
+                detail::throw_invalid(what + std::to_string(i) + " ('" + files_[i]->path() +
+                                      "') is not open (closed, moved from or never opened)");
             }
-            identities.push_back(detail::identity_of(*files_[i]));
         }
-        plan_ = detail::plan_staged(
-            op_, files_.size(), ranges_, ring.options().slot_size,
-            [&](std::size_t f) -> std::size_t {
-                return files_[f]->is_direct() ? files_[f]->required_alignment() : 1;
-            },
-            [&](std::size_t f) { return op_ == operation::read ? files_[f]->size() : 0; },
-            [&](std::size_t f) { return identities[f]; });
+        plan_ = detail::plan_staged(op_, files_.size(), ranges_, ring.options().slot_size,
+                                    [&](std::size_t i) { return known_of(*files_[i], op_); });
         busy_.assign(ring.options().slots, none);
         done_ = plan_.empty_ranges;
     }
     staged_run(const staged_run&) = delete;
     staged_run& operator=(const staged_run&) = delete;
-    /// A run left before its end (an exception elsewhere) still waits for its copies.
+    /// Waits for the copies of a run left before its end; drops a failure not yet thrown.
     ~staged_run() {
         if (oldest_ < next_) (void)ring_->engine().wait_all();
     }
@@ -128,13 +112,22 @@ class staged_run {
                oldest_ < next_;
     }
 
+    /// True once the run has failed: from the `advance` that met the failure on, whether it
+    /// threw it or stored it for the next.
+    [[nodiscard]] bool failed() const noexcept { return failed_; }
+
     /// Moves the next window (or, when none is left, waits for the oldest slot) and returns
     /// the ranges (indices in the plan) completed since the last call; empty ranges come first.
     /// A failure is thrown once the ranges completed before it have been returned (class
     /// comment).
     std::vector<std::size_t> advance() {
-        std::vector<std::size_t> done = std::exchange(done_, {});
         if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+        // Room for every range this call may complete, so that a failure ends the run without
+        // an allocation that could throw in its place.
+        std::vector<std::size_t> done;
+        done.reserve(most_completed_by_advance());
+        done.insert(done.end(), done_.begin(), done_.end());
+        done_.clear();
         try {
             if (op_ == operation::read) {
                 advance_read(done);
@@ -142,6 +135,7 @@ class staged_run {
                 advance_write(done);
             }
         } catch (...) {
+            failed_ = true;
             end_after_failure(done);
             if (done.empty()) throw;
             failure_ = std::current_exception();
@@ -162,8 +156,30 @@ class staged_run {
   private:
     static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
+    // What the plan needs to know of a file it uses (fstat; a read's asks its size too).
+    static detail::staged_file known_of(const file& f, operation op) {
+        detail::staged_file known;
+        known.identity = f.identity();
+        known.path = f.path();
+        known.unit = f.required_alignment();
+        known.direct = f.is_direct();
+        known.rw_flags = f.rw_flags();
+        known.writable = f.mode() != open_mode::read;
+        known.size = op == operation::read ? f.size() : 0;
+        return known;
+    }
+
     unsigned slot_of(std::size_t window) const noexcept {
         return static_cast<unsigned>(window % ring_->options().slots);
+    }
+
+    // The most ranges one `advance` may complete: those not yet reported, and those with a piece
+    // in a window it may retire, [oldest_, next_ + 1) (a read moves one window, and retires it
+    // at once when its copies completed; a write retires the oldest).
+    std::size_t most_completed_by_advance() const noexcept {
+        const std::size_t end = std::min(next_ + 1, plan_.windows.size());
+        if (oldest_ >= end) return done_.size();
+        return done_.size() + plan_.windows[end - 1].end_piece - plan_.windows[oldest_].first_piece;
     }
 
     // Reads: wait for the slot's last copies, read the window into it, start its copies; then
@@ -330,8 +346,8 @@ class staged_run {
     // Ends the run after a failure: waits for every copy started, recorded or not, so none
     // outlives the call; a read's windows whose copies completed (and the pieces started of one
     // whose copies were being started, if every copy completed) have arrived and are reported.
-    // A write's filled slots were never written: nothing of them is.
-    void end_after_failure(std::vector<std::size_t>& done) {
+    // A write's filled slots were never written: nothing of them is. `done` has room for all.
+    void end_after_failure(std::vector<std::size_t>& done) noexcept {
         CopyEngine& engine = ring_->engine();
         const bool all_completed = engine.wait_all();
         const bool read = op_ == operation::read;
@@ -376,6 +392,7 @@ class staged_run {
                                      // waited for, or none
     std::vector<std::size_t> done_;
     std::exception_ptr failure_;  // thrown by the next advance(), after the ranges it reported
+    bool failed_ = false;
     std::size_t next_ = 0;        // the next window to move
     std::size_t oldest_ = 0;      // the oldest window not yet retired
     std::size_t filling_ = none;  // the window whose copies are being started
@@ -385,9 +402,10 @@ class staged_run {
 };
 
 /// Reads every range of the plan from `files` into its memory through the ring; calls
-/// `on_done(range)` as each range's bytes have arrived (may be an empty function), for every
-/// such range, once, before a failure is thrown. Throws std::invalid_argument for a bad plan
-/// before any I/O, staged_error for an I/O failure, and what the copy engine throws.
+/// `on_done(range)` (may be an empty function) once for each range as all its bytes have
+/// arrived, those completed before a failure before it is thrown (`staged_run`). Throws
+/// std::invalid_argument for a bad plan before any I/O, staged_error for an I/O failure, what
+/// the copy engine throws, and what `on_done` throws (after waiting for the copies started).
 template <class Context, class CopyEngine>
 staged_outcome staged_read(Context& context, staging_ring<CopyEngine>& ring,
                            std::vector<const file*> files, std::vector<staged_range> ranges,
@@ -404,16 +422,21 @@ staged_outcome staged_read(Context& context, staging_ring<CopyEngine>& ring,
 }
 
 /// Writes every range of the plan from its memory to `files` through the ring (ranges of one
-/// file must not overlap). Bytes of a written aligned unit that no range covers keep what the
-/// file held. Throws as `staged_read`.
+/// file must not overlap); calls `on_done(range)` as each range's bytes are in the file, as
+/// `staged_read` does. Bytes of a written aligned unit that no range covers keep what the file
+/// held. Throws as `staged_read`.
 template <class Context, class CopyEngine>
 staged_outcome staged_write(Context& context, staging_ring<CopyEngine>& ring,
                             std::vector<const file*> files, std::vector<staged_range> ranges,
+                            const std::function<void(std::size_t)>& on_done = {},
                             transfer_config config = {}) {
     staged_run<Context, CopyEngine> run(context, ring, std::move(files), std::move(ranges),
                                         operation::write, config);
-    while (run.pending())
-        (void)run.advance();
+    while (run.pending()) {
+        for (std::size_t range : run.advance()) {
+            if (on_done) on_done(range);
+        }
+    }
     return run.outcome();
 }
 

@@ -4,6 +4,8 @@
 // `basic_aio_context<fault_backend<libaio_backend>>` and pass a fault_plan after the options.
 // Contexts that a parallel or async context creates get no plan: they start disarmed and are
 // armed through the registry of live backends (`fault_backend<Inner>::each`).
+// With `fault_plan::late_completions`, a request uses its memory as late as a kernel may: until
+// its completion is reaped, or the backend is destroyed (io_destroy waits for it).
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -104,6 +107,14 @@ struct fault_plan {
     double probability = 0.0;
     std::uint64_t seed = 1;
     std::uint64_t max_faults = std::numeric_limits<std::uint64_t>::max();
+    // A request's memory stays the kernel's until its completion is reaped: a read's bytes land
+    // in it then (the kernel reads into a bounce of the backend's until then), and a write's
+    // bytes are taken from it again then. So memory freed or reused while a request may still
+    // be in flight (a stray, left by a failed reap) is caught: by ASan, or as wrong bytes.
+    // Requests still in flight when the backend is destroyed complete there, as io_destroy
+    // waits for them (destroy a ring's on the thread it serves). Not a fault: it stays on
+    // through disarm().
+    bool late_completions = false;
 };
 
 // The last request a fault struck, so a test can check what the error names.
@@ -129,6 +140,7 @@ class fault_backend {
     fault_backend(const fault_backend&) = delete;
     fault_backend& operator=(const fault_backend&) = delete;
     ~fault_backend() {
+        complete_the_rest();
         std::lock_guard<std::mutex> lock(registry_mutex());
         auto& all = registry();
         for (std::size_t i = 0; i < all.size(); ++i) {
@@ -158,9 +170,24 @@ class fault_backend {
             note(fault::partial_submit, requests[allowed], 0);
             if (allowed == 0) return 0;
         }
-        const int accepted = inner_.submit(requests, allowed);
+        if (!plan_.late_completions) {
+            const int accepted = inner_.submit(requests, allowed);
+            for (int i = 0; i < accepted; ++i)
+                inflight_[requests[i].user_data] = {requests[i], nullptr, false};
+            return accepted;
+        }
+        // A late read goes to the kernel through a bounce; its memory is left alone until reaped.
+        std::vector<nvmeio::io_request> sent(requests, requests + allowed);
+        std::vector<bounce_ptr> bounces(allowed);
+        for (std::size_t i = 0; i < allowed; ++i) {
+            if (sent[i].op != nvmeio::operation::read) continue;
+            bounces[i] = make_bounce(sent[i].length);
+            sent[i].buffer = bounces[i].get();
+            sent[i].pins = nullptr;  // the bounce is no buffer's
+        }
+        const int accepted = inner_.submit(sent.data(), allowed);
         for (int i = 0; i < accepted; ++i)
-            inflight_[requests[i].user_data] = requests[i];
+            inflight_[requests[i].user_data] = {requests[i], std::move(bounces[i]), true};
         return accepted;
     }
 
@@ -248,10 +275,62 @@ class fault_backend {
         return rc;
     }
 
+    struct free_memory {
+        void operator()(unsigned char* memory) const noexcept { std::free(memory); }
+    };
+    using bounce_ptr = std::unique_ptr<unsigned char, free_memory>;
+
+    // A request the kernel accepted and nobody reaped yet.
+    struct submitted {
+        nvmeio::io_request request;  // as the engine gave it
+        bounce_ptr bounce;           // a late read's bytes until they land, or null
+        bool late = false;           // fault_plan::late_completions was on at its submit
+    };
+
+    static bounce_ptr make_bounce(std::size_t length) noexcept {
+        void* memory = std::aligned_alloc(page, (length + page - 1) / page * page);
+        if (memory == nullptr) std::abort();
+        return bounce_ptr(static_cast<unsigned char*>(memory));
+    }
+
+    // The request completed with `result`: a late one uses its memory now, as the kernel
+    // could have.
+    static void land(const submitted& s, std::int64_t result) noexcept {
+        if (!s.late || result <= 0) return;
+        const nvmeio::io_request& r = s.request;
+        const auto moved = static_cast<std::size_t>(result);
+        if (r.op == nvmeio::operation::read) {
+            std::memcpy(r.buffer, s.bounce.get(), moved);
+        } else {
+            write_to_file(r, 0, static_cast<std::int64_t>(moved),
+                          static_cast<const unsigned char*>(r.buffer));
+        }
+    }
+
+    // Requests still in flight complete now, as io_destroy waits for them, and late ones use
+    // their memory (the kernel's waits are not faults: the plan does not reach them).
+    void complete_the_rest() noexcept {
+        bool late = false;
+        for (const auto& entry : inflight_)
+            late = late || entry.second.late;
+        nvmeio::io_completion done[64];
+        while (late && inner_.in_flight() > 0) {
+            const int got = inner_.reap(done, 1, 64, nullptr);
+            if (got < 0) std::abort();  // the wait cannot be simulated faithfully: stop loudly
+            for (int i = 0; i < got; ++i) {
+                const auto found = inflight_.find(done[i].user_data);
+                if (found == inflight_.end()) continue;
+                land(found->second, done[i].result);
+                inflight_.erase(found);
+            }
+        }
+    }
+
     void alter(nvmeio::io_completion& c) noexcept {
         const auto found = inflight_.find(c.user_data);
         if (found == inflight_.end()) return;  // not ours: leave it for the engine to judge
-        const nvmeio::io_request r = found->second;
+        land(found->second, c.result);
+        const nvmeio::io_request r = found->second.request;
         inflight_.erase(found);
         if (c.result < 0) return;  // a real error passes through untouched
         if (c.result >= 2 && strikes(fault::short_result)) {
@@ -310,6 +389,14 @@ class fault_backend {
             std::memset(static_cast<unsigned char*>(r.buffer) + from, 0xEE, count);
             return;
         }
+        write_to_file(r, from, to, nullptr);
+    }
+
+    // Writes bytes [from, to) of request `r`'s range into its file (on an O_DIRECT file the whole
+    // pages among them only, as unmove explains): those of `bytes`, the request's memory, or
+    // 0xEE garbage where it is null.
+    static void write_to_file(const nvmeio::io_request& r, std::int64_t from, std::int64_t to,
+                              const unsigned char* bytes) noexcept {
         const bool direct = (::fcntl(r.fd, F_GETFL) & O_DIRECT) != 0;
         std::uint64_t begin = r.offset + static_cast<std::uint64_t>(from);
         std::uint64_t end = r.offset + static_cast<std::uint64_t>(to);
@@ -322,12 +409,16 @@ class fault_backend {
         const int fd = ::open(self.c_str(), O_WRONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
         if (fd < 0) std::abort();  // the fault cannot be simulated faithfully: stop loudly
         const auto length = static_cast<std::size_t>(end - begin);
-        void* garbage = std::aligned_alloc(page, (length + page - 1) / page * page);
-        if (garbage == nullptr) std::abort();
-        std::memset(garbage, 0xEE, length);
-        const bool written = ::pwrite(fd, garbage, length, static_cast<off_t>(begin)) ==
-                             static_cast<ssize_t>(length);
-        std::free(garbage);
+        void* out = std::aligned_alloc(page, (length + page - 1) / page * page);
+        if (out == nullptr) std::abort();
+        if (bytes != nullptr) {
+            std::memcpy(out, bytes + (begin - r.offset), length);
+        } else {
+            std::memset(out, 0xEE, length);
+        }
+        const bool written =
+            ::pwrite(fd, out, length, static_cast<off_t>(begin)) == static_cast<ssize_t>(length);
+        std::free(out);
         ::close(fd);
         if (!written) std::abort();
     }
@@ -348,7 +439,7 @@ class fault_backend {
     std::uint64_t opportunities_[static_cast<int>(fault::count_)] = {};
     std::uint64_t injected_ = 0;
     struck_request struck_;
-    std::unordered_map<std::uint64_t, nvmeio::io_request> inflight_;
+    std::unordered_map<std::uint64_t, submitted> inflight_;
 };
 
 }  // namespace nvmeio_test

@@ -271,11 +271,28 @@ void for_each_run_past(const segment* segments, std::size_t count, std::uint64_t
 /// The engine of one context (basic_aio_context<Backend> holds one and befriends it): its working
 /// memory, which every transfer on the context reuses (a transfer in steady state allocates
 /// nothing), and the loop. A context serves one thread at a time, so none of it needs a lock.
+/// Requests a failed reap left in flight (strays) may write into the staging slots until they are
+/// collected: until then no run frees or reuses them, and neither does the engine's end.
 template <class Backend>
 class engine {
     using clock = std::chrono::steady_clock;
 
   public:
+    engine() = default;
+    // Strays name the staging slots and the engine waits for them on its context's backend, so
+    // the engine stays where it is (and so does its context).
+    engine(const engine&) = delete;
+    engine& operator=(const engine&) = delete;
+
+    /// Waits for the strays before the staging slots are freed: the context's backend outlives
+    /// its engine. Where that wait fails, the slots are never freed (a leak, where the
+    /// alternative is memory the kernel may write into after it is given to someone else).
+    ~engine() {
+        if (backend_ == nullptr || backend_->in_flight() == 0) return;
+        if (collect_strays(*backend_) < 0 && !staging_.empty())
+            (void)new aligned_buffer(std::move(staging_));
+    }
+
     /// Moves `segments` of `f` through `context` with `settings`, a strategy policy or a
     /// transfer_config, measuring into `perf` unless it is null; afterwards each segment has its
     /// `bytes` and `failure`. Throws std::logic_error for a context used by two threads at once
@@ -366,18 +383,18 @@ class engine {
               0,
               retry_budget{options.retry_budget}};
         job_ = &j;
+        backend_ = &backend;
         struct forget {  // job_ never outlives the run, however it ends
             job*& current;
             ~forget() { current = nullptr; }
         } forget_job{job_};
         const clock::time_point start = perf != nullptr ? clock::now() : clock::time_point{};
-        const int strays = collect_strays(backend);  // before prepare reuses the staging slots
-        prepare(options);
-        if (strays < 0) {
-            lose(strays,
-                 "io_getevents of the requests an earlier transfer left in flight when its reap "
-                 "failed (they may still be in flight)");
+        if (const int strays = collect_strays(backend); strays < 0) {
+            refuse(strays);  // prepare would reuse the staging slots the strays may write into
+            settle(start);
+            return;
         }
+        prepare(options);
         if (op == operation::write && !j.lost) reserve_write_runs(target, segments, count);
         while (!j.lost) {
             if (!drain_before_refill || in_flight() == 0) hand_out();
@@ -404,19 +421,36 @@ class engine {
     // completions: until then they may write into the memory they name (the caller's, or this
     // engine's staging slots), so this comes before any of it is used again, and none
     // of them is taken for one of the next run's requests. 0, or the -errno of a reap that failed
-    // again (the requests are still in flight).
-    static int collect_strays(Backend& backend) {
-        if (backend.in_flight() == 0) return 0;
-        std::vector<io_completion> dropped(std::min<std::size_t>(backend.in_flight(), 256));
+    // again (the requests are still in flight). Allocates nothing (the destructor calls it).
+    static int collect_strays(Backend& backend) noexcept {
+        io_completion dropped[64];
+        constexpr std::size_t room = sizeof dropped / sizeof dropped[0];
         while (backend.in_flight() > 0) {
             int got;
             do {
-                got = backend.reap(dropped.data(), std::min(backend.in_flight(), dropped.size()),
-                                   dropped.size(), nullptr);
+                got = backend.reap(dropped, std::min(backend.in_flight(), room), room, nullptr);
             } while (got == -EINTR);
             if (got < 0) return got;
         }
         return 0;
+    }
+
+    // The strays could not be collected (`rc`, the reap's -errno): they may still write into the
+    // memory they name, the staging slots among it, so the run touches none of it and moves
+    // nothing, not even what would go through the synchronous path. Every segment fails, as
+    // lose() fails those not finished.
+    void refuse(int rc) {
+        job& j = *job_;
+        j.lost = true;
+        submit_samples_.clear();
+        completion_samples_.clear();
+        for (std::size_t i = 0; i < j.count; ++i) {
+            const segment& s = j.segments[i];
+            fail(i, {errno_code(-rc),
+                     "io_getevents of the requests an earlier transfer left in flight when its "
+                     "reap failed (they may still be in flight)",
+                     j.target.path(), s.offset, s.length});
+        }
     }
 
     // Sets up the run's state: each segment's body (what goes asynchronously) and end of data,
@@ -834,6 +868,7 @@ class engine {
     std::vector<double> completion_samples_;
     spin_backoff backoff_;                  // outlives a transfer: which waits poll before sleeping
     aligned_buffer staging_;                // staged segments' slots, kept for the next run
+    Backend* backend_ = nullptr;            // the context's, once a run used it (for strays)
     std::size_t staging_stride_ = 0;        // bytes of one, in the run in progress
     std::vector<std::byte*> staging_free_;  // of staging_ (past the synchronous path's first)
 };

@@ -1116,17 +1116,36 @@ BOOST_AUTO_TEST_CASE(a_file_listed_twice_in_a_read_plan_reads_each_unit_once) {
 // else one range would go through another's handle (buffered where O_DIRECT was asked, or
 // refused mid-run after other files were written). Both are refused before any byte moves; a
 // handle the plan lists but does not use is not its concern.
+namespace {
+
+// Two files of a slot each, their bytes before, and the bytes to move from or into.
+struct two_files {
+    two_files(std::uint64_t seed, std::size_t moved)
+        : bytes(nvmeio_test::pattern(moved, seed + 2)) {
+        nvmeio_test::spew_pattern(a_path.str(), slot, seed);
+        nvmeio_test::spew_pattern(b_path.str(), slot, seed + 1);
+        a_before = nvmeio_test::slurp(a_path.str());
+        b_before = nvmeio_test::slurp(b_path.str());
+    }
+    std::uintptr_t at(std::size_t b) { return reinterpret_cast<std::uintptr_t>(bytes.data() + b); }
+    bool untouched() const {
+        return nvmeio_test::slurp(a_path.str()) == a_before &&
+               nvmeio_test::slurp(b_path.str()) == b_before;
+    }
+
+    temp_path a_path{"staged_a"};
+    temp_path b_path{"staged_b"};
+    std::vector<unsigned char> a_before, b_before;
+    std::vector<unsigned char> bytes;
+};
+
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(a_write_through_a_read_only_handle_is_refused_before_any_byte_moves) {
-    temp_path a_path("staged_a");
-    temp_path b_path("staged_b");
-    nvmeio_test::spew_pattern(a_path.str(), slot, 61);
-    nvmeio_test::spew_pattern(b_path.str(), slot, 62);
-    const std::vector<unsigned char> a_before = nvmeio_test::slurp(a_path.str());
-    const std::vector<unsigned char> b_before = nvmeio_test::slurp(b_path.str());
-    std::vector<unsigned char> bytes = nvmeio_test::pattern(200, 63);
-    const auto at = [&](std::size_t b) {
-        return reinterpret_cast<std::uintptr_t>(bytes.data() + b);
-    };
+    two_files files(61, 200);
+    const auto at = [&](std::size_t b) { return files.at(b); };
+    const temp_path& a_path = files.a_path;
+    const temp_path& b_path = files.b_path;
     file a(a_path.str(), open_mode::read_write, direct_io::on);
     file b_read(b_path.str(), open_mode::read, direct_io::on);
     file b(b_path.str(), open_mode::read_write, direct_io::on);
@@ -1140,30 +1159,23 @@ BOOST_AUTO_TEST_CASE(a_write_through_a_read_only_handle_is_refused_before_any_by
     });
     BOOST_TEST(nvmeio_test::contains(what, "range 1 (100 bytes at offset 0 of file 1)"), what);
     BOOST_TEST(nvmeio_test::contains(what, "open_mode::read"), what);
-    BOOST_TEST(nvmeio_test::slurp(a_path.str()) == a_before);
-    BOOST_TEST(nvmeio_test::slurp(b_path.str()) == b_before);
+    BOOST_TEST(files.untouched());
     // Through index 2 only: index 1, the same file read-only, is listed but unused.
     (void)staged_write(context, ring, {&a, &b_read, &b},
                        {{0, 0, 100, at(0), false}, {2, 0, 100, at(100), false}});
-    std::vector<unsigned char> a_expected = a_before;
-    std::vector<unsigned char> b_expected = b_before;
-    std::memcpy(a_expected.data(), bytes.data(), 100);
-    std::memcpy(b_expected.data(), bytes.data() + 100, 100);
+    std::vector<unsigned char> a_expected = files.a_before;
+    std::vector<unsigned char> b_expected = files.b_before;
+    std::memcpy(a_expected.data(), files.bytes.data(), 100);
+    std::memcpy(b_expected.data(), files.bytes.data() + 100, 100);
     BOOST_TEST(nvmeio_test::slurp(a_path.str()) == a_expected);
     BOOST_TEST(nvmeio_test::slurp(b_path.str()) == b_expected);
 }
 
 BOOST_AUTO_TEST_CASE(handles_of_one_file_opened_differently_are_refused_naming_both_indices) {
-    temp_path a_path("staged_a");
-    temp_path b_path("staged_b");
-    nvmeio_test::spew_pattern(a_path.str(), slot, 64);
-    nvmeio_test::spew_pattern(b_path.str(), slot, 65);
-    const std::vector<unsigned char> a_before = nvmeio_test::slurp(a_path.str());
-    const std::vector<unsigned char> b_before = nvmeio_test::slurp(b_path.str());
-    std::vector<unsigned char> bytes = nvmeio_test::pattern(300, 66);
-    const auto at = [&](std::size_t b) {
-        return reinterpret_cast<std::uintptr_t>(bytes.data() + b);
-    };
+    two_files files(64, 300);
+    const auto at = [&](std::size_t b) { return files.at(b); };
+    const temp_path& a_path = files.a_path;
+    const temp_path& b_path = files.b_path;
     file a(a_path.str(), open_mode::read_write, direct_io::on);
     file b_buffered(b_path.str(), open_mode::read_write, direct_io::off);
     file b_direct(b_path.str(), open_mode::read_write, direct_io::on);
@@ -1185,8 +1197,7 @@ BOOST_AUTO_TEST_CASE(handles_of_one_file_opened_differently_are_refused_naming_b
             BOOST_TEST(nvmeio_test::contains(what, "files 1 and 2 are one file"), what);
             BOOST_TEST(nvmeio_test::contains(what, "file 1 buffered"), what);
             BOOST_TEST(nvmeio_test::contains(what, "file 2 O_DIRECT"), what);
-            BOOST_TEST(nvmeio_test::slurp(a_path.str()) == a_before);
-            BOOST_TEST(nvmeio_test::slurp(b_path.str()) == b_before);
+            BOOST_TEST(files.untouched());
         }
     }
 }

@@ -165,7 +165,11 @@ def run_by_device(op, items, checksum=False):
     each item's CRC-32 in the items' order when ``checksum``."""
     groups = {}
     for i, item in enumerate(items):
-        groups.setdefault(item[2].device, []).append(i)
+        device = item[2].device
+        if device.type not in ("cpu", "cuda"):  # before anything moves: no item is left out
+            raise ValueError(f"tensor {item[3]!r} is on {device}; nvmeio_torch moves tensors "
+                             "on the CPU and CUDA devices")
+        groups.setdefault(device, []).append(i)
     cpu = torch.device("cpu")
     cuda = sorted((d for d in groups if d.type == "cuda"), key=str) or [cpu]
     crcs = [0] * len(items)

@@ -261,6 +261,8 @@ def _layout(tensors, metadata):
             raise ValueError("save_file: '__metadata__' is the format's own key, not a tensor name")
         if not isinstance(tensor, torch.Tensor):
             raise ValueError(f"save_file: {name!r} is a {type(tensor)}, not a torch.Tensor")
+        if getattr(tensor, "is_nested", False):
+            raise ValueError(f"save_file: {name!r} is a nested tensor; save its components")
         if tensor.layout != torch.strided:
             raise ValueError(f"save_file: {name!r} is a {tensor.layout} tensor; make it dense")
         code = _FROM_TORCH.get(tensor.dtype)

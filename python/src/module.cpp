@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -72,6 +73,24 @@ struct type_caster<nvmeio_torch::file_source> {
 namespace nvmeio_torch {
 namespace {
 
+// std::invalid_argument, named by `what()`, for a tensor whose bytes alone are not its value:
+// sparse (any layout but strided), nested, or quantized (its scale lives elsewhere).
+template <class Name>
+void refuse_unmovable(const torch::Tensor& t, Name what) {
+    if (t.is_nested() || t.layout() != c10::kStrided) {
+        std::ostringstream layout;
+        layout << t.layout();
+        throw std::invalid_argument(what() + " is a " +
+                                    (t.is_nested() ? std::string("nested") : layout.str()) +
+                                    " tensor; nvmeio_torch moves the bytes of dense tensors");
+    }
+    if (t.is_quantized()) {
+        throw std::invalid_argument(what() + " is quantized (" +
+                                    std::string(c10::toString(t.scalar_type())) +
+                                    "); move its int_repr() and keep its scale and zero point");
+    }
+}
+
 // The bytes of `buffer` as a piece of a request: a contiguous CPU tensor (any dtype, any view).
 // Messages start with the method and name the arguments as `tensor` and `offset_name` return
 // (called only on failure, so that a batch of many tensors builds no strings).
@@ -80,6 +99,7 @@ nvmeio::batch_request piece_of(const torch::Tensor& buffer, std::int64_t offset,
                                TensorName tensor, OffsetName offset_name) {
     const auto what = [&] { return std::string(method) + ": " + tensor(); };
     if (!buffer.defined()) throw std::invalid_argument(what() + " is an undefined tensor");
+    refuse_unmovable(buffer, what);
     if (!buffer.is_cpu()) {
         throw std::invalid_argument(what() + " is on " + buffer.device().str() +
                                     "; this call moves CPU tensors (CUDA tensors go by file name, "
@@ -182,6 +202,7 @@ class py_handle {
             const torch::Tensor& t = tensors[i];
             const std::string what = std::string(method) + ": tensor " + std::to_string(i);
             if (!t.defined()) throw std::invalid_argument(what + " is an undefined tensor");
+            refuse_unmovable(t, [&] { return what; });
             if (!t.is_contiguous()) {
                 throw std::invalid_argument(what + " is not contiguous (call .contiguous() on it)");
             }

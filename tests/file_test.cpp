@@ -154,21 +154,29 @@ BOOST_AUTO_TEST_CASE(reopen_shares_the_descriptor_where_proc_refuses_to_reopen_i
     if (child == 0) {
         const int fd = ::open(path.str().c_str(), O_RDWR | O_CLOEXEC);
         if (fd < 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
-        if (::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDWR) >= 0) ::_exit(3);
-        std::error_code ec;
-        const file f = file::reopen(fd, open_mode::read_write, direct_io::automatic, ec);
-        std::vector<unsigned char> bytes(8192);
-        if (ec || f.is_direct()) ::_exit(4);
-        if (f.read_at(memory(bytes), 0, ec) != 8192 || ec) ::_exit(5);
-        if (!nvmeio_test::holds_pattern(bytes.data(), bytes.size(), 3)) ::_exit(6);
-        std::fill(bytes.begin(), bytes.end(), 7);
-        f.write_at(memory(bytes).first(100), 50, ec);
-        if (ec) ::_exit(7);
-        if (file::reopen(fd, open_mode::read, direct_io::on, ec).is_open() ||
-            ec != std::errc::invalid_argument) {
-            ::_exit(8);  // O_DIRECT asked of a descriptor without it
-        }
-        ::_exit(0);
+        const int failed_step = [&] {  // its handles are closed before the child exits
+            const int direct = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDWR);
+            if (direct >= 0) {
+                ::close(direct);
+                return 3;
+            }
+            std::error_code ec;
+            const file f = file::reopen(fd, open_mode::read_write, direct_io::automatic, ec);
+            std::vector<unsigned char> bytes(8192);
+            if (ec || f.is_direct()) return 4;
+            if (f.read_at(memory(bytes), 0, ec) != 8192 || ec) return 5;
+            if (!nvmeio_test::holds_pattern(bytes.data(), bytes.size(), 3)) return 6;
+            std::fill(bytes.begin(), bytes.end(), 7);
+            f.write_at(memory(bytes).first(100), 50, ec);
+            if (ec) return 7;
+            if (file::reopen(fd, open_mode::read, direct_io::on, ec).is_open() ||
+                ec != std::errc::invalid_argument) {
+                return 8;  // O_DIRECT asked of a descriptor without it
+            }
+            return 0;
+        }();
+        ::close(fd);
+        ::_exit(failed_step);
     }
     int status = 0;
     BOOST_REQUIRE(::waitpid(child, &status, 0) == child);

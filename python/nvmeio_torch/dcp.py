@@ -245,6 +245,14 @@ class FileSystemWriter(_storage.StorageWriter):
                 for rank, plan in enumerate(plans)]
 
     def write_data(self, plan, planner):
+        # Before any file is made: a tensor on a device with no bytes to read (meta) is refused,
+        # naming it, as the other savers refuse it.
+        for item in plan.items:
+            if item.type != _planner.WriteItemType.BYTE_IO:
+                device = planner.resolve_data(item).device
+                if device.type not in ("cpu", "cuda"):
+                    raise ValueError(f"{item.index.fqn}: on {device}; nvmeio_torch saves tensors "
+                                     "on the CPU and CUDA devices")
         files = plan.storage_data
         if self.single_file_per_rank:
             groups = [plan.items]

@@ -65,3 +65,15 @@ def test_the_torch_format_saves_what_torch_save_saves(workdir):
                                ours.dequantize() if t.is_quantized else ours,
                                theirs.to_dense() if t.is_sparse or kind == "sparse_csr" else
                                theirs.dequantize() if t.is_quantized else theirs), kind
+
+
+def test_a_dcp_save_refuses_a_tensor_on_a_device_without_bytes_before_making_a_file(workdir):
+    import nvmeio_torch.dcp as ndcp
+
+    folder = os.path.join(workdir, "ckpt")
+    with pytest.raises(ndcp._dcp.CheckpointException) as raised:
+        ndcp._dcp.save_state_dict({"w": torch.ones(3), "t": torch.empty(4, device="meta")},
+                                  ndcp.FileSystemWriter(folder), no_dist=True)
+    (error, _), = raised.value.failures.values()
+    assert isinstance(error, ValueError) and str(error).startswith("t: on meta"), error
+    assert os.listdir(folder) == []

@@ -3,6 +3,7 @@ on a device without memory (meta), sparse, nested or quantized ones where only t
 would be written. The target file is left as it was."""
 
 import os
+import warnings
 
 import pytest
 import torch
@@ -14,14 +15,16 @@ OLD = b"the old file"
 
 
 def unmovable():
-    kinds = {"meta": torch.empty(4, device="meta"),
-             "sparse_coo": torch.eye(3).to_sparse(),
-             "sparse_csr": torch.eye(3).to_sparse_csr(),
-             "quantized": torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)}
-    try:
-        kinds["nested"] = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
-    except (AttributeError, RuntimeError):  # a torch without nested tensors
-        pass
+    with warnings.catch_warnings():  # torch's own: CSR and nested tensors are beta or prototype
+        warnings.simplefilter("ignore", UserWarning)
+        kinds = {"meta": torch.empty(4, device="meta"),
+                 "sparse_coo": torch.eye(3).to_sparse(),
+                 "sparse_csr": torch.eye(3).to_sparse_csr(),
+                 "quantized": torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)}
+        try:
+            kinds["nested"] = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+        except (AttributeError, RuntimeError):  # a torch without nested tensors
+            pass
     return kinds
 
 

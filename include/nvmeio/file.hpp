@@ -41,25 +41,6 @@ inline io_failure trim_write_padding(const file& f, std::uint64_t padded_end, st
 inline constexpr int rwf_dontcache = 0x00000080;
 }  // namespace detail
 
-/// The file a handle reaches, as nvmeio compares files (`file::identity()`): equal for one file
-/// however it is reached (one handle twice, two opens of a path, hard links, bind mounts), and
-/// for a device by its own number, so two nodes of one disk are one. Not seen as one, though
-/// their bytes overlap: a partition and its whole disk, a loop device and its backing file.
-struct file_identity {
-    file_kind kind = file_kind::regular;  ///< What the file is.
-    std::uint64_t device = 0;  ///< A device's own number (`st_rdev`); else its filesystem's.
-    std::uint64_t inode = 0;   ///< The inode in that filesystem; 0 for a device.
-
-    /// Whether both name one file.
-    [[nodiscard]] friend bool operator==(const file_identity& a, const file_identity& b) noexcept {
-        return a.kind == b.kind && a.device == b.device && a.inode == b.inode;
-    }
-    /// Whether they name two files.
-    [[nodiscard]] friend bool operator!=(const file_identity& a, const file_identity& b) noexcept {
-        return !(a == b);
-    }
-};
-
 /// An open file. Move-only; closes exactly once; a closed or moved-from handle still names its
 /// file (every operation on it is an EBADF io_error). Distinct handles are independent, and one
 /// handle may be used by several threads. Every I/O member is const: a `const file&` moves bytes
@@ -107,14 +88,12 @@ class file {
         return result;
     }
 
-    /// Opens afresh the file that the caller's open descriptor `descriptor` refers to (its inode
-    /// through `/proc/self/fd`, whatever name the file has now), with `mode` and `direct` of its
-    /// own: a rename or replace of the file's path can never send these bytes to another file.
-    /// Where /proc refuses (it checks permissions again, or is not mounted), a duplicate of the
-    /// descriptor itself serves, O_DIRECT only if the descriptor has it (`direct_io::on` is then
-    /// EINVAL). Messages name the file by the descriptor's path at this time. Throws as the
-    /// constructor; `io_error` EBADF for a descriptor that is not open (`open_mode::write`
-    /// truncates the file, once it is known to be the descriptor's).
+    /// Opens afresh the file that open descriptor `descriptor` refers to (its inode through
+    /// `/proc/self/fd`, never its name again, which another file may have taken), with `mode`
+    /// and `direct` of its own; where /proc refuses (permissions checked again, no procfs), a
+    /// duplicate of the descriptor, O_DIRECT only if it has it (else `direct_io::on` is EINVAL).
+    /// Messages name the descriptor's path now. Throws as the constructor, EBADF for a
+    /// descriptor not open; `open_mode::write` truncates, once the file is known.
     [[nodiscard]] static file reopen(int descriptor, open_mode mode, direct_io direct) {
         file result;
         detail::throw_if(result.reopen_impl(descriptor, mode, direct));
@@ -156,16 +135,7 @@ class file {
         return result;
     }
     /// The file the handle reaches; `{}` and `ec` set on failure (EBADF when not open).
-    [[nodiscard]] file_identity identity(std::error_code& ec) const noexcept {
-        ec.clear();
-        struct stat st {};
-        if (::fstat(fd_, &st) != 0) {
-            ec = detail::errno_code(errno);
-            return {};
-        }
-        const bool device = S_ISBLK(st.st_mode) || S_ISCHR(st.st_mode);
-        return {kind_, device ? st.st_rdev : st.st_dev, device ? 0 : st.st_ino};
-    }
+    [[nodiscard]] file_identity identity(std::error_code& ec) const noexcept;
     /// What the file is (regular file, block device...), as seen at open.
     [[nodiscard]] file_kind kind() const noexcept { return kind_; }
     /// What O_DIRECT requires of this file (queried at open even when buffered).

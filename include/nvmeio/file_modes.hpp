@@ -1,7 +1,10 @@
 #pragma once
 /// \file file_modes.hpp
-/// How a file is opened (`open_mode`, `direct_io`) and what it turned out to be (`file_kind`):
-/// the words of file.hpp, apart so that they can be read, and named, without the handle.
+/// How a file is opened (`open_mode`, `direct_io`), what it turned out to be (`file_kind`) and
+/// which file it is (`file_identity`): the words of file.hpp, apart so that they can be read,
+/// and named, without the handle.
+
+#include <cstdint>
 
 #include "nvmeio/version.hpp"
 
@@ -77,5 +80,24 @@ enum class file_kind {
     }
     return "uncached";
 }
+
+/// The file a handle reaches, as nvmeio compares files (`file::identity()`): equal for one file
+/// however it is reached (one handle twice, two opens of a path, hard links, bind mounts), and
+/// for a device by its own number, so two nodes of one disk are one. Not seen as one, though
+/// their bytes overlap: a partition and its whole disk, a loop device and its backing file.
+struct file_identity {
+    file_kind kind = file_kind::regular;  ///< What the file is.
+    std::uint64_t device = 0;  ///< A device's own number (`st_rdev`); else its filesystem's.
+    std::uint64_t inode = 0;   ///< The inode in that filesystem; 0 for a device.
+
+    /// Whether both name one file.
+    [[nodiscard]] friend bool operator==(const file_identity& a, const file_identity& b) noexcept {
+        return a.kind == b.kind && a.device == b.device && a.inode == b.inode;
+    }
+    /// Whether they name two files.
+    [[nodiscard]] friend bool operator!=(const file_identity& a, const file_identity& b) noexcept {
+        return !(a == b);
+    }
+};
 
 NVMEIO_END_NAMESPACE

@@ -278,6 +278,17 @@ inline void file::adopt(int fd, const struct stat& st) {
         size_lock_ = detail::size_lock_registry::instance().lock_for(st.st_dev, st.st_ino);
 }
 
+inline file_identity file::identity(std::error_code& ec) const noexcept {
+    ec.clear();
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) {
+        ec = detail::errno_code(errno);
+        return {};
+    }
+    const bool device = S_ISBLK(st.st_mode) || S_ISCHR(st.st_mode);
+    return {kind_, device ? st.st_rdev : st.st_dev, device ? 0 : st.st_ino};
+}
+
 inline std::uint64_t file::size(std::error_code& ec) const noexcept {
     ec.clear();
     if (!is_open()) {

@@ -155,9 +155,9 @@ def handle_or_default(handle):
 class draining:
     """Leaves a handle with nothing pending however a block ends: mark ``pending`` just before
     it queues an asynchronous request (an interrupt raised as the call returns then still finds
-    it marked; waiting with nothing queued returns at once). On a normal exit the handle is waited for (its I/O error
-    raised); on an exception too, its own error dropped, so that the one that stopped the block
-    goes on."""
+    it marked; waiting with nothing queued returns at once). On a normal exit the handle is
+    waited for (its I/O error raised); on an exception too, its own error dropped, so that the
+    one that stopped the block goes on."""
 
     def __init__(self, handle):
         self.handle = handle

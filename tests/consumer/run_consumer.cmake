@@ -82,7 +82,7 @@ elseif(WAY STREQUAL "pkg_config")
 elseif(WAY STREQUAL "conan_exports")
   # What `conan create` builds: only the files the recipe exports, configured with the cache
   # variables the recipe sets (every other option at its default, so nvmeio_torch is on where
-  # Torch is found), built and installed; then the find_package consumer against that package.
+  # an interpreter imports torch), built and installed; then the find_package consumer against that package.
   set(_exported "${WORK_DIR}/exported")
   run("${PYTHON}" "${_here}/recipe_exports.py" "${CONANFILE}" "${NVMEIO_SOURCE_DIR}"
       "${_exported}" "${WORK_DIR}/recipe_options.txt")
@@ -92,8 +92,8 @@ elseif(WAY STREQUAL "conan_exports")
       -DCMAKE_BUILD_TYPE=Release ${_recipe_options} ${NVMEIO_OPTIONS})
   # Where this build found Torch, the copy must have seen it too, or python/ went unchecked.
   if(EXPECT_TORCH)
-    file(STRINGS "${WORK_DIR}/nvmeio-build/CMakeCache.txt" _torch_dir REGEX "^Torch_DIR:")
-    if(NOT _torch_dir OR _torch_dir MATCHES "NOTFOUND")
+    file(STRINGS "${WORK_DIR}/nvmeio-build/CMakeCache.txt" _torch REGEX "^NVMEIO_TORCH_VERSION:")
+    if(NOT _torch)
       message(FATAL_ERROR "Torch is installed but the exported tree did not find it")
     endif()
   endif()

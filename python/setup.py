@@ -2,14 +2,16 @@
 
     pip install --no-build-isolation ./python      # or: cd python && python3 setup.py install
 
-(--no-build-isolation: the build uses the torch, pybind11 and setuptools already installed, and
-fetches nothing). The CMake build (NVMEIO_BUILD_PYTHON) builds the same module; this is for
-Python users who do not build nvmeio's C++ side.
+(--no-build-isolation: the build uses the torch and setuptools already installed, and fetches
+nothing; pybind11 comes with torch's wheel, or from pybind11-dev beside Debian's torch). The
+CMake build (NVMEIO_BUILD_PYTHON) builds the same module; this is for Python users who do not
+build nvmeio's C++ side.
 """
 
 import ctypes.util
 import os
 
+import torch
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
@@ -32,6 +34,8 @@ with_io_uring = (ctypes.util.find_library("uring") is not None
                  and os.path.exists("/usr/include/liburing.h"))
 libraries = ["aio"] + (["uring"] if with_io_uring else [])
 macros = [("NVMEIO_HAS_IO_URING", "1" if with_io_uring else "0"), ("NVMEIO_NO_XSIMD", None)]
+# torch's newest headers refuse anything before C++20; 1.13's were written for C++17.
+standard = "-std=c++17" if torch.__version__.startswith("1.") else "-std=c++20"
 
 setup(
     name="nvmeio_torch",
@@ -46,7 +50,7 @@ setup(
             include_dirs=[include, os.path.join(here, "src")],
             define_macros=macros,
             libraries=libraries,
-            extra_compile_args=["-std=c++17", "-O2"],
+            extra_compile_args=[standard, "-O2"],
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},

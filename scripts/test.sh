@@ -3,8 +3,11 @@
 #  - g++ C++17 (Release, -O3): everything built (tests, examples, tools), warnings as errors,
 #    every test run, among them tools_test and the example tests (which run every tool and
 #    example) and the packaging tests (which build consumer programs);
-#    the g++ build also builds nvmeio_torch (python/) where Torch and pybind11 are found, and
-#    its pytest suite runs as the ctest test python_tests; where they are not, this says so;
+#    the g++ build also builds nvmeio_torch (python/) for the newest torch from PyPI, in a
+#    virtual environment made once and reused (scripts/torch_venv.sh), and its pytest suite runs
+#    as the ctest test python_tests; without PyPI, this says so and builds it for Debian's torch
+#    where that is installed;
+#  - nvmeio_torch again for Debian's torch 1.13 (python3-torch), its pytest suite run there;
 #  - clang++ C++17: every public header on its own and the two test programs that instantiate
 #    every engine path (strategies, batches), built with warnings as errors (a compile check);
 #  - then scripts/sanitize.sh, where the other two pairs get their full build and run: the suite
@@ -51,14 +54,28 @@ run_tests() {  # dir [ctest args...]
   (cd "$dir" && ctest --output-on-failure -j"$test_jobs" "$@")
 }
 
-timed "g++ C++17 build" build build-test-g++-17 g++ 17 Release all
-if grep -q '^NVMEIO_BUILD_PYTHON:BOOL=ON' build-test-g++-17/CMakeCache.txt; then
-  echo "nvmeio: nvmeio_torch built; its pytest suite runs as python_tests"
+torch_args=()
+if torch_python=$(scripts/torch_venv.sh); then
+  torch_args=(-DPython3_EXECUTABLE="$torch_python")
+fi
+timed "g++ C++17 build" build build-test-g++-17 g++ 17 Release all "${torch_args[@]}"
+torch_built() { grep -q '^NVMEIO_BUILD_PYTHON:BOOL=ON' "$1/CMakeCache.txt"; }
+if torch_built build-test-g++-17; then
+  echo "nvmeio: nvmeio_torch built for torch" \
+    "$(sed -n 's/^NVMEIO_TORCH_VERSION:INTERNAL=//p' build-test-g++-17/CMakeCache.txt);" \
+    "its pytest suite runs as python_tests"
 else
-  echo "nvmeio: Python part SKIPPED: nvmeio_torch was not built (it needs Torch and pybind11:" \
-    "python3-torch libtorch-dev pybind11-dev python3-pytest); the C++ suite runs without it"
+  echo "nvmeio: Python part SKIPPED: no interpreter imports torch (neither PyPI's, above, nor" \
+    "Debian's python3-torch); the C++ suite runs without nvmeio_torch"
 fi
 timed "g++ C++17 tests" run_tests build-test-g++-17
+# Debian's torch 1.13, where it is installed and the build above was for another torch.
+if [ ${#torch_args[@]} -gt 0 ] && /usr/bin/python3 -c "import torch, pytest" 2>/dev/null; then
+  timed "nvmeio_torch for Debian's torch build" build build-test-torch-debian g++ 17 Release \
+    nvmeio_torch_C -DPython3_EXECUTABLE=/usr/bin/python3 -DNVMEIO_BUILD_EXAMPLES=OFF \
+    -DNVMEIO_BUILD_BENCH=OFF
+  timed "nvmeio_torch for Debian's torch tests" run_tests build-test-torch-debian -L python
+fi
 timed "clang++ C++17 compile check" build build-test-clang++-17 clang++ 17 None "header_check strategy_test batch_test" \
   -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF -DNVMEIO_BUILD_PYTHON=OFF
 scripts/sanitize.sh

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Makes, or reuses, the virtual environment in which nvmeio_torch is built and tested against the
+# newest torch from PyPI (python/requirements-test.txt), and prints its interpreter's path.
+#  - NVMEIO_TORCH_VENV: where it lives; by default outside the clone, in ~/.cache/nvmeio, so
+#    that every clone reuses it (torch's wheel and its CUDA libraries take about 5.5 GB).
+#  - A reused one is left as it is, unless the requirements changed or NVMEIO_TORCH_UPGRADE=1.
+#  - Without PyPI (or without python3-venv) it says so in one line on stderr and exits 1.
+# Runs that share one environment take turns (a lock beside it).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+venv=${NVMEIO_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/nvmeio/torch-venv}
+requirements=$here/python/requirements-test.txt
+base=/usr/bin/python3
+[ -x "$base" ] || base=$(command -v python3)
+
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
+ready() {  # prints torch's version where the environment has all it needs
+  "$venv/bin/python" -c "import pytest, numpy, torch; print(torch.__version__)" 2>/dev/null
+}
+if ! version=$(ready) || ! cmp -s "$requirements" "$venv/.nvmeio-requirements" ||
+  [ "${NVMEIO_TORCH_UPGRADE:-0}" = 1 ]; then
+  if [ ! -x "$venv/bin/python" ] && ! "$base" -m venv "$venv" >"$venv.log" 2>&1; then
+    echo "nvmeio: no virtual environment for the newest torch: '$base -m venv' failed" \
+      "(Debian: apt install python3-venv; log: $venv.log)" >&2
+    exit 1
+  fi
+  echo "nvmeio: installing the newest torch from PyPI into $venv (first time: ~5.5 GB)" >&2
+  if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --timeout 30 \
+    --retries 2 --upgrade -r "$requirements" >"$venv.log" 2>&1; then
+    echo "nvmeio: PyPI not reached or torch not installable: $(tail -n 1 "$venv.log") (log: $venv.log)" >&2
+    exit 1
+  fi
+  cp "$requirements" "$venv/.nvmeio-requirements"
+  version=$(ready)
+fi
+echo "nvmeio: torch $version from PyPI in $venv" >&2
+echo "$venv/bin/python"

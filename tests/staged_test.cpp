@@ -622,7 +622,7 @@ BOOST_AUTO_TEST_CASE(a_write_shows_each_ranges_bytes_in_order_before_writing_the
          {0, 0, 3 * slot, address(0), false}},
         operation::write);
     std::vector<unsigned char> seen[2];
-    run.observe_written([&](std::size_t range, const std::byte* data, std::size_t n) {
+    run.observe([&](std::size_t range, const std::byte* data, std::size_t n) {
         const auto* p = reinterpret_cast<const unsigned char*>(data);
         seen[range].insert(seen[range].end(), p, p + n);
     });
@@ -630,6 +630,35 @@ BOOST_AUTO_TEST_CASE(a_write_shows_each_ranges_bytes_in_order_before_writing_the
         (void)run.advance();
     BOOST_TEST((seen[1] == std::vector<unsigned char>(bytes.begin(), bytes.begin() + 3 * slot)));
     BOOST_TEST((seen[0] == std::vector<unsigned char>(bytes.begin() + 3 * slot, bytes.end())));
+}
+
+BOOST_AUTO_TEST_CASE(a_read_shows_each_ranges_bytes_in_order_once_read) {
+    temp_path path("staged");
+    const std::vector<unsigned char> bytes = nvmeio_test::pattern(5 * slot + 77, 9);
+    nvmeio_test::spew(path.str(), bytes.data(), bytes.size());
+    file in(path.str(), open_mode::read, direct_io::on);
+    aio_context context({4, 4096});
+    delayed_copy_engine engine;
+    staging_ring<delayed_copy_engine> ring(engine, {2, slot});
+    std::vector<unsigned char> memory(bytes.size());
+    const auto address = [&](std::size_t at) {
+        return reinterpret_cast<std::uintptr_t>(memory.data() + at);
+    };
+    staged_run<aio_context, delayed_copy_engine> run(
+        context, ring, {&in},
+        {{0, 3 * slot, bytes.size() - 3 * slot, address(3 * slot), false},
+         {0, 0, 3 * slot, address(0), false}},
+        operation::read);
+    std::vector<unsigned char> seen[2];
+    run.observe([&](std::size_t range, const std::byte* data, std::size_t n) {
+        const auto* p = reinterpret_cast<const unsigned char*>(data);
+        seen[range].insert(seen[range].end(), p, p + n);
+    });
+    while (run.pending())
+        (void)run.advance();
+    BOOST_TEST((seen[1] == std::vector<unsigned char>(bytes.begin(), bytes.begin() + 3 * slot)));
+    BOOST_TEST((seen[0] == std::vector<unsigned char>(bytes.begin() + 3 * slot, bytes.end())));
+    BOOST_TEST((memory == bytes));
 }
 
 // ---- a copy engine that fails: no copy outlives the call that started it -------------------

@@ -143,10 +143,11 @@ class staged_run {
         return done;
     }
 
-    /// Writes: `observer(range, bytes, n)` is called for every piece of every range, in file
-    /// order (so each range's pieces in order), once its bytes are in the slot and before they
-    /// are written: to checksum what is written without reading it again.
-    void observe_written(std::function<void(std::size_t, const std::byte*, std::size_t)> observer) {
+    /// `observer(range, bytes, n)` is called for every piece of every range, in file order (so
+    /// each range's pieces in order), while its bytes are in the slot: a write's before they
+    /// are written, a read's once they are read and before they are copied out. To checksum
+    /// what moves without reading it again.
+    void observe(std::function<void(std::size_t, const std::byte*, std::size_t)> observer) {
         observer_ = std::move(observer);
     }
 
@@ -192,6 +193,7 @@ class staged_run {
         const std::size_t w = next_;
         if (busy_[slot_of(w)] != none) wait_and_retire(oldest_++, done);
         move_window(w, operation::read, plan_.windows[w].length);
+        show_observer(w);
         start_copies(w);
         ++next_;
         CopyEngine& engine = ring_->engine();
@@ -208,15 +210,19 @@ class staged_run {
         if (oldest_ < next_) {
             const std::size_t w = oldest_++;
             wait_for_copies(w);
-            if (observer_) {
-                const auto& window = plan_.windows[w];
-                for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
-                    const auto& piece = plan_.pieces[p];
-                    observer_(piece.range, ring_->slot(slot_of(w)) + piece.at, piece.length);
-                }
-            }
+            show_observer(w);
             move_window(w, operation::write, plan_.windows[w].length);
             retire(w, done);
+        }
+    }
+
+    // Window w's pieces, in its slot, to the observer.
+    void show_observer(std::size_t w) {
+        if (!observer_) return;
+        const auto& window = plan_.windows[w];
+        for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
+            const auto& piece = plan_.pieces[p];
+            observer_(piece.range, ring_->slot(slot_of(w)) + piece.at, piece.length);
         }
     }
 

@@ -34,7 +34,8 @@ class staged_job {
     virtual std::vector<std::size_t> advance() = 0;
     [[nodiscard]] virtual bool pending() const = 0;
     [[nodiscard]] virtual nvmeio::staged_outcome outcome() const = 0;
-    /// Writes asked to checksum: each range's CRC-32 (zlib's), complete once the job is.
+    /// Jobs asked to checksum: each range's CRC-32 (zlib's) of the bytes moved, complete once
+    /// the job is.
     [[nodiscard]] const std::vector<std::uint32_t>& crcs() const { return crcs_; }
 
   protected:
@@ -88,10 +89,9 @@ class staging_ring_of final : public staging_ring_base {
               run_(owner.context_, owner.ring_, pointers(files_), std::move(ranges), op) {
             if (checksum) {
                 crcs_.assign(count_, 0);
-                run_.observe_written(
-                    [this](std::size_t range, const std::byte* data, std::size_t n) {
-                        crcs_[range] = crc32::compute(crcs_[range], data, n);
-                    });
+                run_.observe([this](std::size_t range, const std::byte* data, std::size_t n) {
+                    crcs_[range] = crc32::compute(crcs_[range], data, n);
+                });
             }
         }
         std::vector<std::size_t> advance() override { return run_.advance(); }

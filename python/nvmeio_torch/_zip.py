@@ -96,6 +96,33 @@ class crc32_pieces:
         return crc
 
 
+def check_crcs(path, records, skip_hint):
+    """Checks each record's bytes against the CRC-32 the archive holds for it. ``records``:
+    (entry, file offset of its data, buffer of its data); the CRCs are computed on every CPU.
+    ValueError naming the file, the first record (in file order) that differs and where its data
+    lies, with ``skip_hint`` (how the caller skips the check)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ._files import cpus
+
+    records = sorted(records, key=lambda r: r[1])
+    with ThreadPoolExecutor(max_workers=cpus()) as executor:
+        crcs = crc32_pieces(executor)
+        indices = [crcs.add(buffer) for _, _, buffer in records]
+        for (e, offset, _), index in zip(records, indices):
+            check_crc(path, e, offset, crcs.result(index), skip_hint)
+
+
+def check_crc(path, e, offset, found, skip_hint):
+    """ValueError where ``found``, the CRC-32 of entry e's data at ``offset``, is not the one
+    the archive holds for it."""
+    if found != e.crc:
+        raise ValueError(
+            f"{path}: record {e.name!r} ({e.size} bytes of data at offset {offset}) has CRC-32 "
+            f"{found:#010x} where the archive says {e.crc:#010x}: the file is damaged "
+            f"({skip_hint} loads it unchecked)")
+
+
 # ---------------------------------------------------------------------------------------------
 # Writing
 

@@ -124,7 +124,7 @@ def _places_on_gpu(map_location, restore_location, pickled):
 
 
 def _load_through_rings(file, pickled, data_entries, data_prefix, span_ends, restore_location,
-                        weights_only, handle):
+                        weights_only, verify_crc, handle):
     """load when storages go to GPUs: each storage is made where map_location puts it (a
     callable one is asked with an empty storage, once per storage) and its record is read
     straight into it through the staging ring of its device (``_staged``), the CPU's with the
@@ -142,6 +142,7 @@ def _load_through_rings(file, pickled, data_entries, data_prefix, span_ends, res
         return _torch_zip.data_start(e, headers, span_ends, path)
 
     items = []
+    checked = []  # the entries of the items read whole: their CRC-32s come with the reads
 
     def storage_of(e, nbytes, location):
         device = _probe(restore_location, location)
@@ -151,24 +152,35 @@ def _load_through_rings(file, pickled, data_entries, data_prefix, span_ends, res
         flat = torch.empty(nbytes, dtype=torch.uint8, device=device)
         if nbytes:
             items.append((file.fd, data_offset(e), flat, e.name))
+            checked.append(e if nbytes == e.size else None)
         return _torch_zip.untyped_of(flat)
 
     persistent_load = _torch_zip.persistent_loader(path, data_entries, data_prefix, storage_of)
     result = _torch_zip.Unpickler(io.BytesIO(pickled), path, weights_only, persistent_load).load()
-    _staged.run_by_device("read", items)
+    crcs = _staged.run_by_device("read", items, checksum=verify_crc)
+    if verify_crc:
+        for e, item, crc in zip(checked, items, crcs):
+            if e is not None:
+                _zip.check_crc(path, e, item[1], crc, _SKIP_CRC)
     _validate_sparse_tensors()
     return result
 
 
+_SKIP_CRC = "verify_crc=False"
+
+
 def _load_into_arena(file, pickled, data_entries, data_prefix, span_ends, restore_location,
-                     weights_only, handle):
+                     weights_only, verify_crc, handle):
     """load when storages stay on the CPU: every data record's extent is read into one arena
-    in one batch, and each storage views its record there (restore_location then places it)."""
+    in one batch, checked, and each storage views its record there (restore_location then
+    places it)."""
     from ._files import read_spans, spans
 
     path = file.path
     data = spans(file, [(e.header_offset, span_ends[id(e)]) for e in data_entries.values()])
     read_spans(handle, [data])
+    if verify_crc:
+        _check_records(path, data_entries.values(), data, span_ends)
 
     def storage_of(e, nbytes, location):  # a storage of the record's bytes alone
         view = (_C.own_storage(data.arena, _record_at(e, data, span_ends, path), nbytes)
@@ -189,6 +201,16 @@ def _validate_sparse_tensors():
         validate()
 
 
+def _check_records(path, entries, read, span_ends):
+    """The records' bytes, read into the arena of ``read``, against their CRC-32s."""
+    records = []
+    for e in entries:
+        at = _record_at(e, read, span_ends, path)
+        start = _torch_zip.data_start(e, read, span_ends, path)
+        records.append((e, start, read.arena[at:at + e.size].numpy()))
+    _zip.check_crcs(path, records, _SKIP_CRC)
+
+
 def _record_at(e, read, span_ends, path):
     """Where e's data starts in the arena of ``read``, the spans its extent was read into."""
     data = _torch_zip.data_start(e, read, span_ends, path)
@@ -201,15 +223,17 @@ def _record_bytes(e, read, span_ends, path):
     return read.arena[at:at + e.size].numpy().tobytes()
 
 
-def _read_pickle(file, pickle_entry, byteorder, span_ends, handle):
-    """The pickle's bytes, read with the byte order's record into a small arena; ValueError
-    when the file was saved with another byte order than this machine's."""
+def _read_pickle(file, pickle_entry, byteorder, span_ends, handle, verify_crc):
+    """The pickle's bytes, read (and checked) with the byte order's record into a small arena;
+    ValueError when the file was saved with another byte order than this machine's."""
     from ._files import read_spans, spans
 
     path = file.path
     small_entries = [pickle_entry] + ([byteorder] if byteorder else [])
     small = spans(file, [(e.header_offset, span_ends[id(e)]) for e in small_entries])
     read_spans(handle, [small])
+    if verify_crc:
+        _check_records(path, small_entries, small, span_ends)
     if byteorder is not None:
         raw = _record_bytes(byteorder, small, span_ends, path)
         order = raw.decode("ascii", "replace")
@@ -238,7 +262,7 @@ def _load_legacy(file, head, map_location, weights_only):
                      "legacy torch file)")
 
 
-def load(path, map_location=None, *, weights_only=True, handle=None):
+def load(path, map_location=None, *, weights_only=True, mmap=None, verify_crc=True, handle=None):
     """Loads what ``torch.save`` (or ``save``) wrote to ``path``, as ``torch.load`` does.
 
     Reads any zip-format file torch.save writes (torch 1.6 and later), nvmeio's or torch's.
@@ -246,15 +270,20 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
     pending) into one arena of 4 KiB-aligned memory; the loaded storages view it, so the bytes
     are in memory once. An arena of 32 MiB or more is brought into use by up to 8 helper threads
     while the reads go (``_files.populating``).
-    The CRC-32s of the records are not checked (torch.load's mmap path does not either).
+    Every record's bytes are checked against the CRC-32 the archive holds for it, on every
+    CPU once read (torch.load checks none): a damaged file raises ValueError naming the record
+    and its offset. ``verify_crc=False`` skips the check.
 
-    ``weights_only`` and ``handle`` are keyword-only, as torch.load's flags are.
+    The flags are keyword-only, as torch.load's are. ``mmap=True`` hands the file to
+    ``torch.load(mmap=True)``, which maps it instead of reading it (nothing is checked then);
+    ``mmap=False`` or None reads it.
     ``map_location``: as torch.load's (a str such as ``"cpu"``, a torch.device, a dict from
     saved location to location, or a callable ``(storage, location)``).
     ``weights_only=True`` (the default, safer than torch 1.13's): only tensors, containers
     (dict, OrderedDict, list, tuple, set), plain Python values, dtypes, sizes and devices are
-    unpickled; any other global raises ``pickle.UnpicklingError`` naming it. Pass
-    ``weights_only=False`` only for files you trust (it runs whatever the pickle names).
+    unpickled, and what ``torch.serialization.add_safe_globals`` admits; any other global
+    raises ``pickle.UnpicklingError`` naming it. Pass ``weights_only=False`` only for files you
+    trust (it runs whatever the pickle names).
 
     A legacy (non-zip) torch file, written with ``_use_new_zipfile_serialization=False``:
     ``ValueError`` saying so when weights_only is True; handed to ``torch.load`` with
@@ -268,6 +297,11 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
         raise TypeError(f"nvmeio_torch.load: path must be a file name, not {type(path).__name__}"
                         " (torch.load reads file objects)")
     path = os.fsdecode(os.fspath(path))
+    if mmap:
+        if "mmap" not in inspect.signature(torch.load).parameters:
+            raise ValueError(f"nvmeio_torch.load({path!r}, mmap=True): torch "
+                             f"{torch.__version__} cannot map a checkpoint (torch 2.1 can)")
+        return torch.load(path, map_location=map_location, weights_only=weights_only, mmap=True)
     restore_location = _restore_location(map_location)
     # Opened once: the directory, the pickle and every storage are read through this
     # descriptor, so a file replaced meanwhile is loaded whole, the old one or the new one.
@@ -280,10 +314,10 @@ def load(path, map_location=None, *, weights_only=True, handle=None):
         # The pickle's (and byte order's) extents into a small arena; then the storages: read
         # into one arena they view when they stay on the CPU, else through the GPUs' rings.
         handle = handle_or_default(handle)
-        pickled = _read_pickle(file, pickle_entry, byteorder, span_ends, handle)
+        pickled = _read_pickle(file, pickle_entry, byteorder, span_ends, handle, verify_crc)
         on_gpu = _places_on_gpu(map_location, restore_location, pickled)
         load_storages = _load_through_rings if on_gpu else _load_into_arena
         loaded = load_storages(file, pickled, data_entries, data_prefix, span_ends,
-                               restore_location, weights_only, handle)
+                               restore_location, weights_only, verify_crc, handle)
         file.check_unchanged()  # not written in place while it loaded
         return loaded

@@ -1,0 +1,86 @@
+"""nvmeio_torch.load checks every record against its CRC-32 (torch.load checks none); a damaged
+file is a ValueError naming the record and where its data lies, unless verify_crc=False."""
+
+import os
+import struct
+import zipfile
+import zlib
+
+import pytest
+import torch
+
+import nvmeio_torch
+from nvmeio_torch import _staged
+
+
+def data_offset(path, name):
+    """Where record `name`'s data starts, from its local header."""
+    with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+        info = z.getinfo(name)
+        f.seek(info.header_offset)
+        header = f.read(30)
+        name_length, extra_length = struct.unpack("<HH", header[26:30])
+        return info.header_offset + 30 + name_length + extra_length
+
+
+def flip_byte(path, offset):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 0x5A]))
+
+
+def storage_record(path):
+    with zipfile.ZipFile(path) as z:
+        names = [n for n in z.namelist() if "/data/" in n]
+    return max(names, key=lambda n: zipfile.ZipFile(path).getinfo(n).file_size)
+
+
+@pytest.mark.parametrize("writer", ["nvmeio", "torch"])
+def test_a_flipped_byte_in_a_storage_raises_naming_the_record(workdir, writer):
+    path = os.path.join(workdir, f"{writer}.pt")
+    state = {"w": torch.arange(40000, dtype=torch.float32), "b": torch.ones(3)}
+    (nvmeio_torch.save if writer == "nvmeio" else torch.save)(state, path)
+    name = storage_record(path)
+    at = data_offset(path, name) + 4 * 12345
+    flip_byte(path, at)
+    with pytest.raises(ValueError, match=rf"{path}: record '{name}' \(160000 bytes of data at "
+                       rf"offset {at - 4 * 12345}\) has CRC-32 .*verify_crc=False"):
+        nvmeio_torch.load(path)
+    unchecked = nvmeio_torch.load(path, verify_crc=False)["w"]
+    differs = (unchecked != state["w"]).nonzero().flatten().tolist()
+    assert differs == [12345]  # the damage, loaded as it lies, and nothing else
+
+
+def test_a_flipped_byte_in_the_pickle_raises_before_unpickling(workdir):
+    path = os.path.join(workdir, "state.pt")
+    nvmeio_torch.save({"w": torch.ones(10), "name": "a" * 200}, path)
+    with zipfile.ZipFile(path) as z:
+        pickle_name = next(n for n in z.namelist() if n.endswith("data.pkl"))
+        pickled = z.read(pickle_name)
+    at = data_offset(path, pickle_name) + pickled.index(b"a" * 200) + 100
+    flip_byte(path, at)
+    with pytest.raises(ValueError, match=rf"record '{pickle_name}'.*CRC-32"):
+        nvmeio_torch.load(path)
+    assert nvmeio_torch.load(path, verify_crc=False)["name"] != "a" * 200
+
+
+def test_staged_reads_report_the_crc_of_the_bytes_they_read(workdir):
+    # The checksums the GPU path of load compares: each item's CRC-32, from the staging ring's
+    # slots, equal to zlib's of the file's bytes.
+    path = os.path.join(workdir, "bytes.bin")
+    data = os.urandom(3 << 20)
+    with open(path, "wb") as f:
+        f.write(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        spans = [(0, 4097), (5000, 1 << 20), ((2 << 20) + 3, 1000000)]
+        items = [(fd, start, torch.empty(n, dtype=torch.uint8), f"item{i}")
+                 for i, (start, n) in enumerate(spans)]
+        crcs = _staged.run_by_device("read", items, checksum=True)
+    finally:
+        os.close(fd)
+    assert crcs == [zlib.crc32(data[start:start + n]) for start, n in spans]
+    for (start, n), item in zip(spans, items):
+        assert item[2].numpy().tobytes() == data[start:start + n]

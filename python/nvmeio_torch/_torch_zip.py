@@ -66,9 +66,10 @@ class Pickler(pickle.Pickler):
         if isinstance(obj, torch.storage.TypedStorage):
             untyped = _untyped(obj)
             dtype = obj.dtype
-            storage_type = getattr(torch, obj.pickle_storage_type()
-                                   if hasattr(obj, "pickle_storage_type")
-                                   else obj._pickle_storage_type())
+            # torch 2.x's public pickle_storage_type warns that TypedStorage is deprecated.
+            storage_type = getattr(torch, obj._pickle_storage_type()
+                                   if hasattr(obj, "_pickle_storage_type")
+                                   else obj.pickle_storage_type())
             numel = _typed_numel(obj)
         elif isinstance(obj, torch.UntypedStorage):
             untyped, dtype, storage_type = obj, torch.uint8, torch.UntypedStorage
@@ -239,7 +240,26 @@ def _weights_globals():
                 if isinstance(getattr(torch, name, None), torch.dtype)}
     allowed |= {("torch", name) for name in dir(torch)
                 if name.endswith("Tensor") and isinstance(getattr(torch, name, None), type)}
+    allowed.add(("collections", "Counter"))
+    allowed |= {("torch._utils", name) for name in (
+        "_rebuild_wrapper_subclass", "_rebuild_qtensor", "_rebuild_nested_tensor",
+        "_rebuild_device_tensor_from_cpu_tensor", "_rebuild_device_tensor_from_numpy")
+        if hasattr(torch._utils, name)}
     return frozenset(allowed)
+
+
+def _user_safe_globals():
+    """What torch.serialization.add_safe_globals (or the safe_globals context) admits to
+    weights_only loads, by the name a pickle gives it: the object's module and qualified name,
+    or the name given beside it. Read at each refusal: users add globals at any time."""
+    get = getattr(torch.serialization, "get_safe_globals", None)  # torch 2.5+
+    admitted = {}
+    for entry in get() if get is not None else ():
+        if isinstance(entry, tuple):
+            admitted[entry[1]] = entry[0]
+        else:
+            admitted[f"{entry.__module__}.{entry.__qualname__}"] = entry
+    return admitted
 
 
 _WEIGHTS_GLOBALS = None
@@ -285,10 +305,14 @@ class Unpickler(pickle.Unpickler):
             if _WEIGHTS_GLOBALS is None:
                 _WEIGHTS_GLOBALS = _weights_globals()
             if (module, name) not in _WEIGHTS_GLOBALS:
+                admitted = _user_safe_globals().get(f"{module}.{name}")
+                if admitted is not None:
+                    return admitted
                 raise pickle.UnpicklingError(
                     f"nvmeio_torch.load({self._path!r}): weights_only=True refuses the global "
                     f"{module}.{name} (only tensors, containers and plain values are "
-                    "unpickled); pass weights_only=False if you trust this file")
+                    "unpickled); admit it with torch.serialization.add_safe_globals, or pass "
+                    "weights_only=False if you trust this file")
         if mapped:
             return getattr(importlib.import_module(module), name)
         return super().find_class(module, name)

@@ -14,6 +14,14 @@ nvmeio_torch = pytest.importorskip("nvmeio_torch")
 BACKENDS = ["libaio"] + (["io_uring"] if nvmeio_torch.io_uring_available else [])
 
 
+def pytest_configure(config):
+    # A deprecation set off by nvmeio_torch's own code fails the test that met it (torch 2.x
+    # deprecates TypedStorage with a UserWarning).
+    for line in ("error::DeprecationWarning:nvmeio_torch", "error::FutureWarning:nvmeio_torch",
+                 "error:.*deprecated:UserWarning:nvmeio_torch"):
+        config.addinivalue_line("filterwarnings", line)
+
+
 @pytest.fixture
 def workdir():
     """A fresh folder under NVMEIO_TORCH_TEST_DIR (the build tree, which CI keeps on ext4)."""

@@ -213,10 +213,20 @@ class spans:
         last = self.intervals[-1] if self.intervals else (0, 0, 0)
         self.arena = _C.aligned_tensor(max(1, last[2] + last[1] - last[0]))
 
-    def requests(self):
-        """The reads: ([arena pieces], [file offsets])."""
-        return ([self.arena[at:at + end - start] for start, end, at in self.intervals],
-                [start for start, _, _ in self.intervals])
+    def requests(self, begin=0, end=None):
+        """The reads of arena bytes [begin, end) (an interval cut at ALIGN multiples):
+        ([arena pieces], [file offsets])."""
+        end = self.arena.numel() if end is None else end
+        pieces = [(max(at, begin), min(at + stop - start, end), start - at)
+                  for start, stop, at in self.intervals]
+        pieces = [(a, b, shift) for a, b, shift in pieces if a < b]
+        return [self.arena[a:b] for a, b, _ in pieces], [a + shift for a, _, shift in pieces]
+
+    def waves(self, size):
+        """The arena cut, in order, into [begin, end) of about ``size`` bytes, on ALIGN."""
+        total = self.arena.numel()
+        size = max(ALIGN, align_down(size))
+        return [(begin, min(begin + size, total)) for begin in range(0, total, size)]
 
     def offset_of(self, begin, end):
         """Where file bytes [begin, end) lie in the arena, or None where no interval holds
@@ -238,6 +248,28 @@ def read_spans(handle, reads):
             if buffers:
                 queue.pending = True  # first: an interrupt as the call returns still waits
                 handle.async_pread_batch(buffers, r.file.fd, offsets)
+
+
+WAVE = 128 << 20  # bytes read_in_waves has in flight while the last wave's bytes are used
+
+
+def read_in_waves(handle, read, landed):
+    """Reads the ``spans`` ``read`` a wave of its arena at a time, in order, and calls
+    ``landed(end)`` once arena bytes [0, end) have all arrived, with the next wave already in
+    flight: ``landed`` starts work on them (on other threads) while the device reads on."""
+    waves = read.waves(WAVE)
+    with populating([read.arena], handle.get_intra_op_parallelism()), \
+            draining(handle) as queue:
+        for i, (begin, end) in enumerate(waves):
+            buffers, offsets = read.requests(begin, end)
+            if buffers:
+                queue.pending = True  # first: an interrupt as the call returns still waits
+                handle.async_pread_batch(buffers, read.file.fd, offsets)
+            if i > 0:
+                landed(waves[i - 1][1])
+            queue.wait()
+        if waves:
+            landed(waves[-1][1])
 
 
 def cpus(most=None):

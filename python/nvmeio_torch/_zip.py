@@ -74,20 +74,26 @@ _crc32_piece = _C.crc32 if _C.crc32_folds else zlib.crc32
 
 class crc32_pieces:
     """CRC-32 of buffers computed in pieces on an executor's threads: add() each buffer (a
-    C-contiguous buffer of bytes), then result(i) joins the pieces of the i-th in order."""
+    C-contiguous buffer of bytes; extend() continues one), then result(i) joins the pieces of
+    the i-th in order."""
 
     def __init__(self, executor, piece=16 << 20):
         self._executor = executor
         self._piece = piece
         self._buffers = []
 
-    def add(self, buffer):
-        view = memoryview(buffer).cast("B")
-        pieces = [(self._executor.submit(_crc32_piece, view[start:start + self._piece]),
-                   min(self._piece, len(view) - start))
-                  for start in range(0, len(view), self._piece)]
-        self._buffers.append(pieces)
+    def add(self, buffer=b""):
+        self._buffers.append([])
+        self.extend(len(self._buffers) - 1, buffer)
         return len(self._buffers) - 1
+
+    def extend(self, index, buffer):
+        """Continues the index-th buffer with these bytes."""
+        view = memoryview(buffer).cast("B")
+        self._buffers[index] += [
+            (self._executor.submit(_crc32_piece, view[start:start + self._piece]),
+             min(self._piece, len(view) - start))
+            for start in range(0, len(view), self._piece)]
 
     def result(self, index):
         crc = 0

@@ -22,10 +22,12 @@ The format's machinery (pickler, unpickler, the archive's plan, writes and direc
 _torch_zip.py's, which dcp.py shares.
 """
 
+import collections
 import inspect
 import io
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -172,15 +174,19 @@ _SKIP_CRC = "verify_crc=False"
 def _load_into_arena(file, pickled, data_entries, data_prefix, span_ends, restore_location,
                      weights_only, verify_crc, handle):
     """load when storages stay on the CPU: every data record's extent is read into one arena
-    in one batch, checked, and each storage views its record there (restore_location then
-    places it)."""
-    from ._files import read_spans, spans
+    (a wave at a time when checked, each wave's CRC-32s computed while the next reads), and
+    each storage views its record there (restore_location then places it)."""
+    from ._files import cpus, read_in_waves, read_spans, spans
 
     path = file.path
     data = spans(file, [(e.header_offset, span_ends[id(e)]) for e in data_entries.values()])
-    read_spans(handle, [data])
     if verify_crc:
-        _check_records(path, data_entries.values(), data, span_ends)
+        with ThreadPoolExecutor(max_workers=cpus()) as executor:
+            checks = _ChecksAsRead(path, data_entries.values(), data, span_ends, executor)
+            read_in_waves(handle, data, checks.landed)
+            checks.check()
+    else:
+        read_spans(handle, [data])
 
     def storage_of(e, nbytes, location):  # a storage of the record's bytes alone
         view = (_C.own_storage(data.arena, _record_at(e, data, span_ends, path), nbytes)
@@ -199,6 +205,47 @@ def _validate_sparse_tensors():
     validate = getattr(torch._utils, "_validate_loaded_sparse_tensors", None)
     if validate is not None:
         validate()
+
+
+class _ChecksAsRead:
+    """The records' CRC-32s, computed on an executor's threads as the waves of the arena they
+    are read into land (``read_in_waves``): a record is located once its local header has
+    arrived, and each wave's part of its data is checksummed while the next wave reads."""
+
+    def __init__(self, path, entries, read, span_ends, executor):
+        self._path, self._read, self._span_ends = path, read, span_ends
+        self._crcs = _zip.crc32_pieces(executor)
+        self._waiting = collections.deque(sorted(entries, key=lambda e: e.header_offset))
+        self._open = []  # located, data not all handed over: (entry, file offset, arena offset)
+        self._located = []  # (entry, data's file offset, its CRC's index), in file order
+        self._done = 0  # arena bytes [0, done) handed over
+
+    def landed(self, end):
+        """Arena bytes [0, end) have arrived."""
+        read = self._read
+        while self._waiting:
+            e = self._waiting[0]
+            header = read.offset_of(e.header_offset, e.header_offset + _zip.LOCAL_HEADER_SIZE)
+            if header is not None and header + _zip.LOCAL_HEADER_SIZE > end:
+                break  # not all of it here yet; a header not in the arena raises below
+            start = _torch_zip.data_start(e, read, self._span_ends, self._path)
+            self._waiting.popleft()
+            self._located.append((e, start, self._crcs.add()))
+            self._open.append((e, read.offset_of(start, start + e.size), len(self._located) - 1))
+        still_open = []
+        for e, at, n in self._open:
+            lo, hi = max(at, self._done), min(at + e.size, end)
+            if lo < hi:
+                self._crcs.extend(self._located[n][2], read.arena[lo:hi].numpy())
+            if at + e.size > end:
+                still_open.append((e, at, n))
+        self._open = still_open
+        self._done = end
+
+    def check(self):
+        """ValueError for the first record, in file order, whose bytes are not the archive's."""
+        for e, start, index in self._located:
+            _zip.check_crc(self._path, e, start, self._crcs.result(index), _SKIP_CRC)
 
 
 def _check_records(path, entries, read, span_ends):

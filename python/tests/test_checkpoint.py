@@ -61,6 +61,10 @@ def zoo():
     }
 
 
+def storage(t):  # untyped: torch 2.x deprecates typed storages
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage().untyped()
+
+
 def assert_same(a, b, where="obj"):
     """Equal structure, types, values; tensors equal in dtype, shape, stride, offset."""
     assert type(a) is type(b), f"{where}: {type(a)} != {type(b)}"
@@ -70,7 +74,7 @@ def assert_same(a, b, where="obj"):
         assert a.stride() == b.stride(), where
         assert a.storage_offset() == b.storage_offset(), where
         assert a.requires_grad == b.requires_grad, where
-        assert a.storage().size() == b.storage().size(), where
+        assert storage(a).nbytes() == storage(b).nbytes(), where
         assert torch.equal(a.detach(), b.detach()), f"{where}: values differ"
     elif isinstance(a, dict):
         assert list(a) == list(b), where
@@ -99,7 +103,7 @@ def sharing(obj):
     """Which tensors (by position) share a storage: a partition of their indices."""
     groups = {}
     for i, t in enumerate(tensors(obj)):
-        groups.setdefault(t.storage().data_ptr(), []).append(i)
+        groups.setdefault(storage(t).data_ptr(), []).append(i)
     return sorted(g for g in groups.values())
 
 
@@ -586,7 +590,7 @@ def test_untyped_storages_load_with_weights_only(workdir):
     untyped storage saved on its own is pickled the same way here."""
     path = os.path.join(workdir, "u.pt")
     t = torch.arange(10, dtype=torch.int16)
-    untyped = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage().untyped()
+    untyped = storage(t)
     nvmeio_torch.save({"s": untyped}, path)
     loaded = nvmeio_torch.load(path)["s"]
     assert bytes(loaded) == bytes(torch.load(path)["s"])

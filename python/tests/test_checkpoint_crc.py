@@ -84,3 +84,29 @@ def test_staged_reads_report_the_crc_of_the_bytes_they_read(workdir):
     assert crcs == [zlib.crc32(data[start:start + n]) for start, n in spans]
     for (start, n), item in zip(spans, items):
         assert item[2].numpy().tobytes() == data[start:start + n]
+
+
+def test_records_across_waves_are_checked_whole(workdir, monkeypatch):
+    # Checked as they are read, a wave at a time: records of odd sizes straddle the waves
+    # (1 MiB here), and damage in any part of one, in any wave, is found.
+    from nvmeio_torch import _files
+
+    monkeypatch.setattr(_files, "WAVE", 1 << 20)
+    path = os.path.join(workdir, "waves.pt")
+    g = torch.Generator().manual_seed(5)
+    state = {f"t{i}": torch.randn(n, generator=g) for i, n in
+             enumerate([100, 300000, 7, 700001, 50000, 1, 400003])}
+    nvmeio_torch.save(state, path)
+    loaded = nvmeio_torch.load(path)
+    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+    with zipfile.ZipFile(path) as z:
+        big = [i for i in z.infolist() if i.file_size > (2 << 20)]
+    for info in big:  # its first byte, one past a wave's end, and its last byte
+        start = data_offset(path, info.filename)
+        wave_end = ((start >> 20) + 1) << 20
+        for at in (start, wave_end, start + info.file_size - 1):
+            flip_byte(path, at)
+            with pytest.raises(ValueError, match=rf"record '{info.filename}'.*CRC-32"):
+                nvmeio_torch.load(path)
+            flip_byte(path, at)  # undone: the file is whole again
+        assert all(torch.equal(nvmeio_torch.load(path)[k], v) for k, v in state.items())

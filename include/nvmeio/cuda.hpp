@@ -30,6 +30,35 @@
 
 NVMEIO_BEGIN_NAMESPACE
 
+/// Each entry of `cuda_driver` beside the driver symbol it is loaded from, the ABI version the
+/// engine was written for (`X(member, symbol)`): one list for `cuda_driver::open()` and for the
+/// test that checks each entry's type against the prototype in CUDA's `cuda.h`
+/// (tests/cuda_header_test.cpp).
+#define NVMEIO_CUDA_DRIVER_ENTRIES(X)                \
+    X(init, cuInit)                                  \
+    X(device_count, cuDeviceGetCount)                \
+    X(device_get, cuDeviceGet)                       \
+    X(primary_retain, cuDevicePrimaryCtxRetain)      \
+    X(primary_release, cuDevicePrimaryCtxRelease_v2) \
+    X(push, cuCtxPushCurrent_v2)                     \
+    X(pop, cuCtxPopCurrent_v2)                       \
+    X(stream_create, cuStreamCreate)                 \
+    X(stream_destroy, cuStreamDestroy_v2)            \
+    X(stream_synchronize, cuStreamSynchronize)       \
+    X(event_create, cuEventCreate)                   \
+    X(event_destroy, cuEventDestroy_v2)              \
+    X(event_record, cuEventRecord)                   \
+    X(event_synchronize, cuEventSynchronize)         \
+    X(event_query, cuEventQuery)                     \
+    X(host_register, cuMemHostRegister_v2)           \
+    X(host_unregister, cuMemHostUnregister)          \
+    X(copy_to_device, cuMemcpyHtoDAsync_v2)          \
+    X(copy_to_host, cuMemcpyDtoHAsync_v2)            \
+    X(error_name, cuGetErrorName)                    \
+    X(allocate, cuMemAlloc_v2)                       \
+    X(free, cuMemFree_v2)                            \
+    X(copy_back, cuMemcpyDtoH_v2)
+
 /// The driver API functions the engine uses, as a table: `cuda_driver::open()` fills it from
 /// `libcuda.so.1`; tests may fill it with functions of their own. A table filled by hand needs
 /// every entry but `error_name`, `allocate`, `free` and `copy_back`, which only the helpers of
@@ -93,29 +122,9 @@ struct cuda_driver {
             if (symbol == nullptr && missing.empty()) missing = name;
             function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(symbol);
         };
-        find(d.init, "cuInit");
-        find(d.device_count, "cuDeviceGetCount");
-        find(d.device_get, "cuDeviceGet");
-        find(d.primary_retain, "cuDevicePrimaryCtxRetain");
-        find(d.primary_release, "cuDevicePrimaryCtxRelease_v2");
-        find(d.push, "cuCtxPushCurrent_v2");
-        find(d.pop, "cuCtxPopCurrent_v2");
-        find(d.stream_create, "cuStreamCreate");
-        find(d.stream_destroy, "cuStreamDestroy_v2");
-        find(d.stream_synchronize, "cuStreamSynchronize");
-        find(d.event_create, "cuEventCreate");
-        find(d.event_destroy, "cuEventDestroy_v2");
-        find(d.event_record, "cuEventRecord");
-        find(d.event_synchronize, "cuEventSynchronize");
-        find(d.event_query, "cuEventQuery");
-        find(d.host_register, "cuMemHostRegister_v2");
-        find(d.host_unregister, "cuMemHostUnregister");
-        find(d.copy_to_device, "cuMemcpyHtoDAsync_v2");
-        find(d.copy_to_host, "cuMemcpyDtoHAsync_v2");
-        find(d.error_name, "cuGetErrorName");
-        find(d.allocate, "cuMemAlloc_v2");
-        find(d.free, "cuMemFree_v2");
-        find(d.copy_back, "cuMemcpyDtoH_v2");
+#define NVMEIO_FIND_ENTRY(member, symbol) find(d.member, #symbol);
+        NVMEIO_CUDA_DRIVER_ENTRIES(NVMEIO_FIND_ENTRY)
+#undef NVMEIO_FIND_ENTRY
         if (!missing.empty()) return {d, "the CUDA driver (libcuda.so.1) lacks " + missing};
         return {d, ""};  // the library stays open for the process
     }

@@ -48,8 +48,10 @@ _ELEMENT_SIZES = {}
 
 
 def _element_size(dtype):
-    if dtype not in _ELEMENT_SIZES:
-        _ELEMENT_SIZES[dtype] = torch.empty((), dtype=dtype).element_size()
+    if dtype not in _ELEMENT_SIZES:  # itemsize: torch 2.1+ (an empty quantized tensor warns)
+        size = getattr(dtype, "itemsize", None)
+        _ELEMENT_SIZES[dtype] = size if size is not None else \
+            torch.empty((), dtype=dtype).element_size()
     return _ELEMENT_SIZES[dtype]
 
 

@@ -53,7 +53,8 @@ _BITS = {"BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E
          "U64": 64}
 # torch's names for them; the ones this torch lacks (float8 before 2.1, uint16-64 before 2.3)
 # are refused when a tensor of that dtype is read or written.
-_TORCH_NAMES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_e5m2",
+_TORCH_NAMES = {"BOOL": "bool", "F4": "float4_e2m1fn_x2", "U8": "uint8", "I8": "int8",
+                "F8_E5M2": "float8_e5m2",
                 "F8_E4M3": "float8_e4m3fn", "F8_E8M0": "float8_e8m0fnu",
                 "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
                 "I16": "int16", "U16": "uint16", "F16": "float16", "BF16": "bfloat16",
@@ -62,6 +63,22 @@ _TORCH_NAMES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_
 _TO_TORCH = {code: getattr(torch, name) for code, name in _TORCH_NAMES.items()
              if isinstance(getattr(torch, name, None), torch.dtype)}
 _FROM_TORCH = {dtype: code for code, dtype in _TO_TORCH.items()}
+# Values a torch element of the code's dtype packs: float4_e2m1fn_x2 holds two F4 values, so the
+# file's shape has a last dimension twice torch's (as the package writes and reads it).
+_PACKED = {"F4": 2}
+
+
+def _torch_shape(header, entry):
+    """The torch shape of entry's tensor: the file's, but for the values packed in a torch
+    element."""
+    packed = _PACKED.get(entry.dtype)
+    if packed is None:
+        return entry.shape
+    if not entry.shape or entry.shape[-1] % packed:
+        _fail(header.path, f"{entry.dtype} tensor of shape {list(entry.shape)}: torch's "
+              f"{_TORCH_NAMES[entry.dtype]} holds {packed} values an element, so the last "
+              f"dimension must be a multiple of {packed}", entry.name)
+    return entry.shape[:-1] + (entry.shape[-1] // packed,)
 
 
 class SafetensorError(ValueError):
@@ -281,7 +298,13 @@ def _layout(tensors, metadata):
     placed, offset = [], 0
     for name, code, tensor in items:
         nbytes = tensor.numel() * tensor.element_size()
-        header[name] = {"dtype": code, "shape": list(tensor.shape),
+        shape = list(tensor.shape)
+        if code in _PACKED:
+            if not shape:
+                raise ValueError(f"save_file: {name!r} is a 0-d {tensor.dtype} tensor; "
+                                 "safetensors' shape counts its packed values: give it a dimension")
+            shape[-1] *= _PACKED[code]
+        header[name] = {"dtype": code, "shape": shape,
                         "data_offsets": [offset, offset + nbytes]}
         placed.append((name, tensor, offset))
         offset += nbytes
@@ -365,14 +388,15 @@ def _view(header, entry, arena, arena_offset):
     the arena is neither saved with it nor reachable through ``resize_``); copied only where
     its offset in the arena is off its element size."""
     dtype = _torch_dtype(header, entry)
+    shape = _torch_shape(header, entry)
     if entry.nbytes == 0:
-        return torch.empty(entry.shape, dtype=dtype)
+        return torch.empty(shape, dtype=dtype)
     at = header.data_start + entry.begin - arena_offset
-    if at % (_BITS[entry.dtype] // 8):
-        tensor = torch.empty(entry.shape, dtype=dtype)
+    if at % max(1, _BITS[entry.dtype] // 8):
+        tensor = torch.empty(shape, dtype=dtype)
         tensor.reshape(-1).view(torch.uint8).copy_(arena[at:at + entry.nbytes])
         return tensor
-    return _C.own_storage(arena, at, entry.nbytes).view(dtype).view(entry.shape)
+    return _C.own_storage(arena, at, entry.nbytes).view(dtype).view(shape)
 
 
 def _span(header, begin, end):
@@ -394,7 +418,8 @@ def _to_device(headers, device, names=None, max_bytes=None):
         for name, entry in header.entries.items():
             if names is not None and name not in names:
                 continue
-            tensor = torch.empty(entry.shape, dtype=_torch_dtype(header, entry), device=device)
+            tensor = torch.empty(_torch_shape(header, entry), dtype=_torch_dtype(header, entry),
+                                 device=device)
             tensors.append((name, tensor))
             items.append((header.file.fd, header.data_start + entry.begin, tensor, name))
     for i in _staged.completions("read", items, device, max_bytes=max_bytes):
@@ -545,7 +570,9 @@ class _Slice:
         index = index if isinstance(index, tuple) else (index,)
         shape = entry.shape
         lo, hi = 0, (shape[0] if shape else None)
-        if shape and index:
+        if len(shape) == 1 and entry.dtype in _PACKED:  # its rows are parts of bytes
+            hi = None
+        elif shape and index:
             first = index[0]
             if isinstance(first, int) and not isinstance(first, bool):
                 i = first + shape[0] if first < 0 else first

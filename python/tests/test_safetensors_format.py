@@ -1,6 +1,8 @@
 """nvmeio_torch.safetensors against an independent writer and reader of the format."""
 
+import json
 import os
+import struct
 
 import pytest
 import torch
@@ -199,3 +201,28 @@ def test_a_slice_of_a_closed_safe_open_refuses_to_read(workdir):
             part[0:2]
     finally:
         os.close(decoy)
+
+
+@pytest.mark.skipif(not hasattr(torch, "float4_e2m1fn_x2"),
+                    reason=f"torch {torch.__version__} has no float4_e2m1fn_x2 (2.8+)")
+def test_f4_holds_two_values_a_torch_element(workdir):
+    # The package writes torch.float4_e2m1fn_x2 as F4 with a last dimension of values, twice
+    # torch's, and reads it back so; nvmeio_torch does the same both ways.
+    packed = torch.arange(24, dtype=torch.uint8).view(torch.float4_e2m1fn_x2).view(3, 8)
+    header = {"x": {"dtype": "F4", "shape": [3, 16], "data_offsets": [0, 24]}}
+    path = os.path.join(workdir, "f4.safetensors")
+    spec.write(path, spec.from_header(header, bytes(range(24))))
+    for loaded in (st.load_file(path)["x"], st.safe_open(path, "pt").get_tensor("x")):
+        assert loaded.dtype == torch.float4_e2m1fn_x2 and loaded.shape == (3, 8)
+        assert torch.equal(loaded.view(torch.uint8), packed.view(torch.uint8))
+    with st.safe_open(path, "pt") as f:
+        assert torch.equal(f.get_slice("x")[1:].view(torch.uint8), packed[1:].view(torch.uint8))
+    ours = os.path.join(workdir, "ours.safetensors")
+    st.save_file({"x": packed}, ours)
+    with open(ours, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        assert json.loads(f.read(length))["x"]["shape"] == [3, 16]
+    odd = {"x": {"dtype": "F4", "shape": [2, 3], "data_offsets": [0, 3]}}  # rows of 1.5 bytes
+    spec.write(path, spec.from_header(odd, bytes(3)))
+    with pytest.raises(ValueError, match=r"'x'.*last dimension must be a multiple of 2"):
+        st.load_file(path)

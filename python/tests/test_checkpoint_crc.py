@@ -110,3 +110,21 @@ def test_records_across_waves_are_checked_whole(workdir, monkeypatch):
                 nvmeio_torch.load(path)
             flip_byte(path, at)  # undone: the file is whole again
         assert all(torch.equal(nvmeio_torch.load(path)[k], v) for k, v in state.items())
+
+
+def test_a_file_saved_without_crcs_loads(workdir):
+    # torch.save with compute_crc32 off (torch 2.6+) records every CRC as 0: none to check.
+    config = pytest.importorskip("torch.utils.serialization").config
+    if not hasattr(config.save, "compute_crc32"):
+        pytest.skip(f"torch {torch.__version__} always computes CRCs")
+    path = os.path.join(workdir, "nocrc.pt")
+    state = {"w": torch.randn(1000), "s": "text"}
+    config.save.compute_crc32 = False
+    try:
+        torch.save(state, path)
+    finally:
+        config.save.compute_crc32 = True
+    with zipfile.ZipFile(path) as z:
+        assert all(info.CRC == 0 for info in z.infolist())
+    loaded = nvmeio_torch.load(path)
+    assert torch.equal(loaded["w"], state["w"]) and loaded["s"] == "text"

@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <nvmeio/staged.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend_support.hpp"
@@ -71,7 +73,7 @@ bool holds_its_bytes(const std::vector<unsigned char>& file0,
 }
 
 template <class Engine, class Context>
-void load_and_check(Context& context, Engine& engine, std::uint64_t seed) {
+void load_and_check(Context& context, Engine& engine, std::uint64_t seed, unsigned slots = 2) {
     const auto made = make_model(seed, 40);
     model& m = *made;
     // Each range's place: its file offset says which tensor it is.
@@ -93,7 +95,7 @@ void load_and_check(Context& context, Engine& engine, std::uint64_t seed) {
     const auto file1 = nvmeio_test::slurp(m.paths[1].str());
     file f0(m.paths[0].str(), open_mode::read, direct_io::on);
     file f1(m.paths[1].str(), open_mode::read, direct_io::on);
-    staging_ring<Engine> ring(engine, {2, slot});
+    staging_ring<Engine> ring(engine, {slots, slot});
     std::vector<unsigned> reported(m.ranges.size(), 0);
     const staged_outcome outcome =
         staged_read(context, ring, {&f0, &f1}, m.ranges, [&](std::size_t i) {
@@ -548,8 +550,9 @@ namespace {
 // Writes the model's ranges (every even one from host memory, the rest through `engine`) into
 // a file that held other bytes, and checks the file: the ranges' bytes where they are, the
 // file's old bytes in the gaps.
-template <class Engine>
-void write_and_check(Engine& engine, std::uint64_t seed) {
+template <class Engine, class Context = aio_context>
+void write_and_check(Engine& engine, std::uint64_t seed, Context* through = nullptr,
+                     unsigned slots = 2) {
     std::mt19937_64 random(seed);
     temp_path path("staged");
     const std::size_t old_size = 9 * slot + 123;
@@ -568,10 +571,15 @@ void write_and_check(Engine& engine, std::uint64_t seed) {
         at += length + (random() % 3 == 0 ? random() % 9000 : 0);  // some gaps, some far
     }
     file out(path.str(), open_mode::read_write, direct_io::on);
-    aio_context context({4, 4096});
-    staging_ring<Engine> ring(engine, {2, slot});
+    aio_context own({4, 4096});
+    staging_ring<Engine> ring(engine, {slots, slot});
     std::shuffle(ranges.begin(), ranges.end(), random);
-    const staged_outcome outcome = staged_write(context, ring, {&out}, ranges);
+    staged_outcome outcome;
+    if (through != nullptr) {
+        outcome = staged_write(*through, ring, {&out}, ranges);
+    } else {
+        outcome = staged_write(own, ring, {&out}, ranges);
+    }
     BOOST_TEST(outcome.windows > 2u);
     const std::vector<unsigned char> written = nvmeio_test::slurp(path.str());
     BOOST_REQUIRE(written.size() == expected.size());
@@ -590,6 +598,100 @@ BOOST_AUTO_TEST_CASE(writes_ranges_from_host_and_engine_memory_keeping_the_bytes
     delayed_copy_engine delayed;
     for (std::uint64_t seed = 4; seed <= 6; ++seed)
         write_and_check(delayed, seed);
+}
+
+// ---- several windows in flight: an async context ------------------------------------------
+
+namespace {
+
+// libaio, counting the contexts (one per async worker) with requests in flight at once, and
+// reaping 2 ms late so that a window's I/O lasts long enough for the next to start beside it.
+class overlap_backend {
+  public:
+    static constexpr const char* name = "overlap";
+    static inline std::atomic<int> busy{0};
+    static inline std::atomic<int> most_busy{0};
+
+    explicit overlap_backend(unsigned queue_depth) : real_(queue_depth) {}
+
+    int submit(const io_request* requests, std::size_t count) noexcept {
+        const int rc = real_.submit(requests, count);
+        if (rc > 0 && in_flight_ == 0) {
+            const int now = ++busy;
+            int seen = most_busy.load();
+            while (now > seen && !most_busy.compare_exchange_weak(seen, now)) {
+            }
+        }
+        if (rc > 0) in_flight_ += static_cast<std::size_t>(rc);
+        return rc;
+    }
+    int reap(io_completion* out, std::size_t min, std::size_t max,
+             const timespec* timeout) noexcept {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        const int rc = real_.reap(out, min, max, timeout);
+        if (rc > 0) {
+            in_flight_ -= static_cast<std::size_t>(rc);
+            if (in_flight_ == 0) --busy;
+        }
+        return rc;
+    }
+    unsigned queue_depth() const noexcept { return real_.queue_depth(); }
+    [[nodiscard]] std::size_t in_flight() const noexcept { return real_.in_flight(); }
+
+  private:
+    libaio_backend real_;
+    std::size_t in_flight_ = 0;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(reads_and_writes_with_several_windows_in_flight_are_exact) {
+    async_context context({3, {8, 4096}});
+    for (unsigned slots : {1u, 2u, 3u, 5u}) {
+        BOOST_TEST_CONTEXT(slots << " slots") {
+            delayed_copy_engine delayed(std::chrono::microseconds{100});
+            load_and_check(context, delayed, 20 + slots, slots);
+            host_copy_engine host;
+            load_and_check(context, host, 30 + slots, slots);
+            write_and_check(delayed, 40 + slots, &context, slots);
+            write_and_check(host, 50 + slots, &context, slots);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(an_async_context_keeps_two_windows_in_flight_and_another_one) {
+    temp_path path("staged");
+    const std::vector<unsigned char> bytes = nvmeio_test::pattern(16 * slot, 5);
+    nvmeio_test::spew(path.str(), bytes.data(), bytes.size());
+    std::vector<unsigned char> memory(bytes.size());
+    const std::vector<staged_range> ranges = {
+        {0, 0, bytes.size(), reinterpret_cast<std::uintptr_t>(memory.data()), false}};
+    host_copy_engine engine;
+    staging_ring<host_copy_engine> ring(engine, {4, slot});
+    for (const operation op : {operation::read, operation::write}) {
+        BOOST_TEST_CONTEXT(to_string(op)) {
+            file f(path.str(), open_mode::read_write, direct_io::on);
+            overlap_backend::most_busy = 0;
+            basic_async_context<overlap_backend> async({2, {4, 4096}});
+            {
+                staged_run<basic_async_context<overlap_backend>, host_copy_engine> run(
+                    async, ring, {&f}, ranges, op);
+                while (run.pending())
+                    (void)run.advance();
+            }
+            BOOST_TEST(overlap_backend::most_busy.load() == 2);
+            overlap_backend::most_busy = 0;
+            basic_aio_context<overlap_backend> one({4, 4096});
+            {
+                staged_run<basic_aio_context<overlap_backend>, host_copy_engine> serial(
+                    one, ring, {&f}, ranges, op);
+                while (serial.pending())
+                    (void)serial.advance();
+            }
+            BOOST_TEST(overlap_backend::most_busy.load() == 1);
+            BOOST_TEST((memory == bytes));
+        }
+    }
 }
 
 BOOST_AUTO_TEST_CASE(a_written_file_that_grows_ends_at_the_last_range) {
@@ -922,6 +1024,37 @@ std::string run_to_the_end(Run& run, std::vector<unsigned>& reported) {
 }
 
 }  // namespace
+
+BOOST_AUTO_TEST_CASE(a_failure_with_windows_in_flight_leaves_none_and_reports_only_what_arrived) {
+    using faulty = basic_async_context<nvmeio_test::offset_fault_backend>;
+    for (std::size_t failing = 0; failing < 6; ++failing) {
+        BOOST_TEST_CONTEXT("window " << failing << " fails") {
+            slot_ranges six(6);
+            faulty context({3, {4, 4096}});
+            delayed_copy_engine engine(std::chrono::microseconds{200});
+            staging_ring<delayed_copy_engine> ring(engine, {4, slot});
+            nvmeio_test::offset_fault_backend::fail_offset = failing * slot + 7;
+            {
+                file in(six.path.str(), open_mode::read, direct_io::on);
+                staged_run<faulty, delayed_copy_engine> run(context, ring, {&in}, six.ranges,
+                                                            operation::read);
+                std::vector<unsigned> reported(6, 0);
+                const std::string error = run_to_the_end(run, reported);
+                BOOST_TEST(error.find("read of") != std::string::npos, error);
+                BOOST_TEST(engine.in_flight() == 0u);
+                for (std::size_t i = 0; i < 6; ++i) {
+                    if (reported[i] == 1) BOOST_TEST(six.arrived(i), "range " << i);
+                    BOOST_TEST(reported[i] == (i < failing ? 1u : 0u), "range " << i);
+                }
+            }
+            nvmeio_test::offset_fault_backend::fail_offset = ~std::uint64_t{0};
+            file again(six.path.str(), open_mode::read, direct_io::on);
+            (void)staged_read(context, ring, {&again}, six.ranges);  // the ring serves again
+            for (std::size_t i = 0; i < 6; ++i)
+                BOOST_TEST(six.arrived(i), "range " << i);
+        }
+    }
+}
 
 BOOST_AUTO_TEST_CASE(a_window_whose_copy_fails_late_is_not_reported_and_the_next_one_is) {
     // Window 0's copy fails as it lands; window 1's completes. The wait for window 0 throws, and

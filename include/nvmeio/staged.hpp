@@ -27,9 +27,11 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "nvmeio/async.hpp"
 #include "nvmeio/detail/staged_plan.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
@@ -39,6 +41,20 @@
 #include "nvmeio/version.hpp"
 
 NVMEIO_BEGIN_NAMESPACE
+
+namespace detail {
+
+// Whether a context starts transfers and hands back their futures (basic_async_context): a
+// staged run then keeps several windows' I/O in flight at once.
+template <class Context, class = void>
+struct starts_transfers : std::false_type {};
+template <class Context>
+struct starts_transfers<
+    Context, std::void_t<decltype(std::declval<Context&>().submit(
+                 std::declval<const file&>(), operation::read, std::declval<mutable_memory>(),
+                 std::uint64_t{}, std::declval<const transfer_config&>()))>> : std::true_type {};
+
+}  // namespace detail
 
 /// A staged transfer's I/O failure, and the first range (in the caller's order) it concerns.
 class staged_error : public io_error {
@@ -58,18 +74,22 @@ class staged_error : public io_error {
 /// file), so a caller can use each range as soon as it is there. `staged_read` and
 /// `staged_write` run one to its end.
 ///
-/// The context is any context `transfer` takes a file with (aio or parallel); the files and the
-/// ring must outlive the run. On a failure (an I/O's, the copy engine's) `advance` first waits
-/// for every copy started, so none outlives the call. A range is reported once, and only once
-/// all its bytes arrived (a read: its copies succeeded; a write: its windows were written); a
-/// range with bytes in a window that failed is not, whether or not they landed. The failing
-/// `advance` returns what completed before the failure, with a read's windows whose copies that
-/// wait saw succeed, and the next `advance` throws the failure (`pending()` is true until then,
-/// `failed()` from then on); with nothing to report, it throws at once. A run destroyed before
-/// it has thrown drops the failure unseen: check `failed()`. An I/O failure is `staged_error`,
-/// naming the first range the failed bytes belong to. The ring is then idle and may serve
-/// another run. A run destroyed before its end (an exception elsewhere) first waits for its
-/// copies.
+/// The context is any context `transfer` takes a file with (aio or parallel), which moves one
+/// window at a time, or an async context (`basic_async_context`), with which the I/O of up to
+/// min(its threads, K) windows is in flight at once while the copies of others run, so that
+/// the device need not wait for the ring (a read's windows ahead of the copies; a write's
+/// filled slots written as their copies complete, the observer's checksum of one running while
+/// the previous is written). The files and the ring must outlive the run. On a failure (an I/O's,
+/// the copy engine's) `advance` first waits for every copy started, so none outlives the call. A
+/// range is reported once, and only once all its bytes arrived (a read: its copies succeeded; a
+/// write: its windows were written); a range with bytes in a window that failed is not, whether or
+/// not they landed. The failing `advance` returns what completed before the failure, with a read's
+/// windows whose copies that wait saw succeed, and the next `advance` throws the failure
+/// (`pending()` is true until then, `failed()` from then on); with nothing to report, it throws at
+/// once. A run destroyed before it has thrown drops the failure unseen: check `failed()`. An I/O
+/// failure is `staged_error`, naming the first range the failed bytes belong to. The ring is then
+/// idle and may serve another run. A run destroyed before its end (an exception elsewhere) first
+/// waits for its copies.
 template <class Context, class CopyEngine>
 class staged_run {
   public:
@@ -96,12 +116,18 @@ class staged_run {
         plan_ = detail::plan_staged(op_, files_.size(), ranges_, ring.options().slot_size,
                                     [&](std::size_t i) { return known_of(*files_[i], op_); });
         busy_.assign(ring.options().slots, none);
+        io_.resize(ring.options().slots);
+        if constexpr (detail::starts_transfers<Context>::value) {
+            depth_ = std::max(1u, std::min(context.threads(), ring.options().slots));
+        }
         done_ = plan_.empty_ranges;
     }
     staged_run(const staged_run&) = delete;
     staged_run& operator=(const staged_run&) = delete;
-    /// Waits for the copies of a run left before its end; drops a failure not yet thrown.
+    /// Waits for the I/O and the copies of a run left before its end; drops a failure not yet
+    /// thrown.
     ~staged_run() {
+        settle_io();
         if (oldest_ < next_) (void)ring_->engine().wait_all();
     }
 
@@ -109,7 +135,7 @@ class staged_run {
     /// to throw.
     [[nodiscard]] bool pending() const noexcept {
         return !done_.empty() || failure_ != nullptr || next_ < plan_.windows.size() ||
-               oldest_ < next_;
+               oldest_ < std::max(next_, issued_);
     }
 
     /// True once the run has failed: from the `advance` that met the failure on, whether it
@@ -183,16 +209,17 @@ class staged_run {
         return done_.size() + plan_.windows[end - 1].end_piece - plan_.windows[oldest_].first_piece;
     }
 
-    // Reads: wait for the slot's last copies, read the window into it, start its copies; then
-    // report the older slots whose copies have completed.
+    // Reads: start the I/O of the next windows (up to depth_ ahead, into slots whose copies
+    // completed), wait for the next window's, start its copies; then report the older slots
+    // whose copies have completed.
     void advance_read(std::vector<std::size_t>& done) {
         if (next_ == plan_.windows.size()) {
             if (oldest_ < next_) wait_and_retire(oldest_++, done);
             return;
         }
+        start_reads(done);
         const std::size_t w = next_;
-        if (busy_[slot_of(w)] != none) wait_and_retire(oldest_++, done);
-        move_window(w, operation::read, plan_.windows[w].length);
+        finish_io(w);
         show_observer(w);
         start_copies(w);
         ++next_;
@@ -201,17 +228,39 @@ class staged_run {
             wait_and_retire(oldest_++, done);
     }
 
-    // Writes: fill up to K windows ahead (their copies in flight), then write the oldest once
-    // its copies completed; its slot is filled again by the next call.
-    void advance_write(std::vector<std::size_t>& done) {
-        while (next_ < plan_.windows.size() && busy_[slot_of(next_)] == none) {
-            fill_for_write(next_++);
+    // Starts reads of windows [issued_, next_ + depth_), each into the slot of the window K
+    // before it once that one is retired: waiting for its copies only for the window needed
+    // now, else only where they have completed.
+    void start_reads(std::vector<std::size_t>& done) {
+        const std::size_t slots = ring_->options().slots;
+        while (issued_ < plan_.windows.size() && issued_ < next_ + depth_) {
+            if (issued_ - oldest_ == slots) {  // its slot holds window oldest_
+                if (oldest_ == next_) break;   // being read too: every slot is
+                if (issued_ != next_ && !ring_->engine().ready(slot_of(oldest_))) break;
+                wait_and_retire(oldest_++, done);
+            }
+            start_io(issued_, operation::read, plan_.windows[issued_].length);
+            ++issued_;
         }
-        if (oldest_ < next_) {
+    }
+
+    // Writes: fill every free slot (a window's copies in flight), start the writes of filled
+    // windows in order as their copies complete (up to depth_ in flight; the observer sees
+    // each just before), then wait for the oldest write and report its ranges.
+    void advance_write(std::vector<std::size_t>& done) {
+        const std::size_t slots = ring_->options().slots;
+        while (next_ < plan_.windows.size() && next_ - oldest_ < slots)
+            fill_for_write(next_++);
+        while (issued_ < next_ && issued_ - oldest_ < depth_) {
+            if (issued_ != oldest_ && !ring_->engine().ready(slot_of(issued_))) break;
+            wait_for_copies(issued_);
+            show_observer(issued_);
+            start_io(issued_, operation::write, plan_.windows[issued_].length);
+            ++issued_;
+        }
+        if (oldest_ < issued_) {
             const std::size_t w = oldest_++;
-            wait_for_copies(w);
-            show_observer(w);
-            move_window(w, operation::write, plan_.windows[w].length);
+            finish_io(w);
             retire(w, done);
         }
     }
@@ -238,7 +287,8 @@ class staged_run {
             if (window.offset < size) {
                 filled = static_cast<std::size_t>(
                     std::min<std::uint64_t>(window.length, size - window.offset));
-                move_window(w, operation::read, filled);
+                start_io(w, operation::read, filled);
+                finish_io(w);
             }
             std::size_t at = filled;
             for (std::size_t p = window.first_piece; p < window.end_piece; ++p) {
@@ -280,27 +330,73 @@ class staged_run {
         filling_ = none;
     }
 
-    // One transfer between a window's file bytes and its slot. A read that ends early (the file
-    // shrank since the plan) is ENODATA; every failure names the first range it concerns.
-    void move_window(std::size_t w, operation op, std::size_t length) {
+    // Starts the transfer between window w's file bytes (the first `length`) and its slot: an
+    // async context's runs on one of its workers; any other context's runs now, its outcome
+    // kept for finish_io.
+    void start_io(std::size_t w, operation op, std::size_t length) {
         const auto& window = plan_.windows[w];
         const file& f = *files_[window.file];
+        window_io& io = io_[slot_of(w)];
+        const mutable_memory memory = ring_->slot_memory(slot_of(w), length);
+        io.length = length;
+        if constexpr (detail::starts_transfers<Context>::value) {
+            io.handle = context_->submit(f, op, memory, window.offset, config_);
+        } else {
+            try {
+                io.result = nvmeio::transfer(*context_, f, op, memory, window.offset, config_);
+            } catch (...) {
+                io.error = std::current_exception();
+            }
+        }
+        io.started = true;
+    }
+
+    // Waits for window w's transfer. A read that ends early (the file shrank since the plan) is
+    // ENODATA; every failure names the first range it concerns.
+    void finish_io(std::size_t w) {
+        const auto& window = plan_.windows[w];
+        const file& f = *files_[window.file];
+        window_io& io = io_[slot_of(w)];
+        io.started = false;
         try {
-            const transfer_result r = nvmeio::transfer(
-                *context_, f, op, ring_->slot_memory(slot_of(w), length), window.offset, config_);
-            if (r.bytes < length) {
+            transfer_result r;
+            if constexpr (detail::starts_transfers<Context>::value) {
+                r = std::exchange(io.handle, transfer_handle{}).wait();
+            } else {
+                if (io.error) std::rethrow_exception(std::exchange(io.error, nullptr));
+                r = io.result;
+            }
+            if (r.bytes < io.length) {
                 throw io_error({detail::errno_code(ENODATA),
                                 "read (the file ended at byte " +
                                     std::to_string(window.offset + r.bytes) + ")",
-                                f.path(), window.offset, length});
+                                f.path(), window.offset, io.length});
             }
         } catch (const staged_error&) {
             throw;
         } catch (const io_error& e) {
             throw staged_error(e.failure(), range_at(w, e.failure().offset, e.failure().length));
         }
-        outcome_.file_bytes += length;
+        outcome_.file_bytes += io.length;
         ++outcome_.windows;
+    }
+
+    // Waits for every transfer started and not finished, dropping its outcome: none outlives
+    // the run, nor a failed call.
+    void settle_io() noexcept {
+        for (window_io& io : io_) {
+            if (!io.started) continue;
+            io.started = false;
+            if constexpr (detail::starts_transfers<Context>::value) {
+                std::error_code ignored;
+                try {
+                    (void)std::exchange(io.handle, transfer_handle{}).wait(ignored);
+                } catch (...) {  // not an I/O failure (std::bad_alloc in the worker)
+                }
+            } else {
+                io.error = nullptr;
+            }
+        }
     }
 
     // The first range (in the caller's order) of window w with bytes in [offset, offset +
@@ -354,6 +450,7 @@ class staged_run {
     // whose copies were being started, if every copy completed) have arrived and are reported.
     // A write's filled slots were never written: nothing of them is. `done` has room for all.
     void end_after_failure(std::vector<std::size_t>& done) noexcept {
+        settle_io();
         CopyEngine& engine = ring_->engine();
         const bool all_completed = engine.wait_all();
         const bool read = op_ == operation::read;
@@ -366,7 +463,7 @@ class staged_run {
             retire_pieces(plan_.windows[filling_].first_piece, started_to_, done);
         }
         filling_ = none;
-        next_ = oldest_ = plan_.windows.size();
+        next_ = oldest_ = issued_ = plan_.windows.size();
     }
 
     // Whether slot s's recorded copies completed, once they have ended.
@@ -399,7 +496,18 @@ class staged_run {
     std::vector<std::size_t> done_;
     std::exception_ptr failure_;  // thrown by the next advance(), after the ranges it reported
     bool failed_ = false;
-    std::size_t next_ = 0;        // the next window to move
+    // One slot's transfer with its file: started by start_io, waited for by finish_io.
+    struct window_io {
+        bool started = false;
+        std::size_t length = 0;
+        transfer_handle handle;    // an async context's
+        transfer_result result;    // another context's, run at start
+        std::exception_ptr error;  // and its failure
+    };
+    std::vector<window_io> io_;   // per slot
+    std::size_t depth_ = 1;       // windows whose I/O may be in flight at once
+    std::size_t next_ = 0;        // reads: the next window to copy; writes: the next to fill
+    std::size_t issued_ = 0;      // the next window whose I/O to start
     std::size_t oldest_ = 0;      // the oldest window not yet retired
     std::size_t filling_ = none;  // the window whose copies are being started
     std::size_t started_to_ = 0;  // the end of its pieces whose copies were started

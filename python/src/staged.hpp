@@ -1,7 +1,8 @@
 #pragma once
 // Staged transfers for Python: a staging ring (nvmeio/staged.hpp) on a copy engine (the host's,
-// or a CUDA device's, nvmeio/cuda.hpp) with the parallel context whose workers move the slots'
-// bytes, and jobs over it. Nothing of Python here: module.cpp converts and releases the GIL.
+// or a CUDA device's, nvmeio/cuda.hpp) with the async context whose workers move the slots'
+// bytes, several windows at once, and jobs over it. Nothing of Python here: module.cpp converts and
+// releases the GIL.
 
 #include <cstddef>
 #include <cstdint>
@@ -9,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nvmeio/async.hpp>
 #include <nvmeio/cuda.hpp>
-#include <nvmeio/parallel.hpp>
 #include <nvmeio/staged.hpp>
 
 #include "crc32.hpp"
@@ -21,7 +22,7 @@ namespace nvmeio_torch {
 struct ring_settings {
     int device = -1;  ///< CUDA device index; -1: the host engine (memcpy), for CPU memory.
     nvmeio::ring_options ring{};
-    unsigned threads = 4;  ///< Of the parallel context that moves each slot's bytes.
+    unsigned threads = 4;  ///< Of the async context: windows whose I/O may be in flight at once.
     unsigned queue_depth = 32;
     std::size_t block_size = std::size_t{1} << 20;
 };
@@ -71,7 +72,7 @@ class staging_ring_of final : public staging_ring_base {
         : staging_ring_base(s),
           engine_(std::move(engine)),
           ring_(*engine_, s.ring),
-          context_({s.threads, {s.queue_depth, s.block_size}, 0}) {}
+          context_({s.threads, {s.queue_depth, s.block_size}}) {}
 
     std::unique_ptr<staged_job> start(nvmeio::operation op, const std::vector<file_source>& paths,
                                       std::vector<nvmeio::staged_range> ranges,
@@ -121,12 +122,12 @@ class staging_ring_of final : public staging_ring_base {
 
         std::vector<nvmeio::file> files_;
         std::size_t count_;
-        nvmeio::staged_run<nvmeio::parallel_context, Engine> run_;
+        nvmeio::staged_run<nvmeio::async_context, Engine> run_;
     };
 
     std::unique_ptr<Engine> engine_;
     nvmeio::staging_ring<Engine> ring_;
-    nvmeio::parallel_context context_;
+    nvmeio::async_context context_;
 };
 
 /// A ring on the host engine (device -1) or on CUDA device `device`; the ring and the context

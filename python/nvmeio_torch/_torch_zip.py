@@ -66,9 +66,11 @@ class Pickler(pickle.Pickler):
         if isinstance(obj, torch.storage.TypedStorage):
             untyped = _untyped(obj)
             dtype = obj.dtype
-            storage_type = getattr(torch, obj.pickle_storage_type()
-                                   if hasattr(obj, "pickle_storage_type")
-                                   else obj._pickle_storage_type())
+            # The underscored name where it exists: torch 2's public one warns that
+            # TypedStorage is deprecated.
+            storage_type = getattr(torch, obj._pickle_storage_type()
+                                   if hasattr(obj, "_pickle_storage_type")
+                                   else obj.pickle_storage_type())
             numel = _typed_numel(obj)
         elif isinstance(obj, torch.UntypedStorage):
             untyped, dtype, storage_type = obj, torch.uint8, torch.UntypedStorage

@@ -3,6 +3,7 @@
 Each job's state is made from a seed the same way on every rank and in the test, so that any
 rank can check any slice it loads bit for bit."""
 
+import dataclasses
 import os
 import signal
 import sys
@@ -21,6 +22,18 @@ from torch.distributed._shard.sharding_spec import ChunkShardingSpec  # noqa: E4
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
           torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128]
 SHARDED = {"rows": ((7, 5), 0), "columns": ((6, 9), 1), "big": ((1031, 257), 0)}
+
+
+class Tagged(torch.Tensor):
+    """A tensor subclass (as tagged or quantized weights are), admitted to weights_only
+    loading only through torch.serialization.add_safe_globals."""
+
+
+@dataclasses.dataclass
+class Settings:
+    """A dataclass saved as an object (a BYTE_IO item)."""
+    layers: int
+    name: str
 
 
 def full(name, size, dtype=torch.float32, seed=0):

@@ -10,9 +10,11 @@ import pickle
 import random
 import select
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 import pytest
 
@@ -591,3 +593,104 @@ def test_zstd_compressed_checkpoints_of_torchs_writer_load(workdir):
     loaded = {"w": torch.zeros(3000), "step": None}
     dcp_jobs.load(loaded, ndcp.FileSystemReader(workdir), no_dist=True)
     assert loaded["step"] == 3 and torch.equal(loaded["w"], state["w"])
+
+
+@pytest.mark.skipif(not hasattr(torch.serialization, "safe_globals"),
+                    reason=f"torch.serialization.safe_globals is torch >= 2.5's; "
+                           f"{torch.__version__} lacks it")
+def test_types_admitted_by_add_safe_globals_load_as_through_torchs_reader(workdir):
+    """A tensor subclass loads where add_safe_globals admits it, through either reader, and is
+    refused, naming it, where it does not; a dataclass object loads (torch's planner unpickles
+    objects itself)."""
+    state = {"t": torch.arange(6.0).as_subclass(dcp_jobs.Tagged),
+             "settings": dcp_jobs.Settings(3, "x")}
+    dcp_jobs.save(state, ndcp.FileSystemWriter(workdir), no_dist=True)
+    for reader in (tdcp.FileSystemReader, ndcp.FileSystemReader):
+        with pytest.raises(tdcp.CheckpointException) as raised:
+            dcp_jobs.load({"t": torch.zeros(6), "settings": None}, reader(workdir), no_dist=True)
+        assert "Tagged" in str(raised.value), (reader, raised.value)
+        with torch.serialization.safe_globals([dcp_jobs.Tagged]):
+            loaded = {"t": torch.zeros(6), "settings": None}
+            dcp_jobs.load(loaded, reader(workdir), no_dist=True)
+        assert torch.equal(loaded["t"], torch.arange(6.0)), reader
+        assert loaded["settings"] == dcp_jobs.Settings(3, "x"), reader
+
+
+def _async_stager():
+    """torch's AsyncStager protocol (torch >= 2.3), or None."""
+    try:
+        from torch.distributed.checkpoint.staging import AsyncStager
+    except ImportError:
+        return None
+    return AsyncStager
+
+
+def _data_start(folder, fqn):
+    """(file, offset) of the first byte of item `fqn`'s tensor data in nvmeio's checkpoint."""
+    metadata = ndcp.FileSystemReader(folder).read_metadata()
+    (info,) = [i for k, i in metadata.storage_data.items() if k.fqn == fqn]
+    path = os.path.join(folder, info.relative_path)
+    with open(path, "rb") as f:
+        _, _, data, _, _ = _torch_zip.directory(f.fileno(), path, info.length, info.offset)
+        (entry,) = data.values()
+        header = os.pread(f.fileno(), _zip.LOCAL_HEADER_SIZE, info.offset + entry.header_offset)
+    return path, info.offset + _zip.local_data_offset(header, entry.header_offset, path, "")
+
+
+def _flip(path, offset):
+    with open(path, "r+b") as f:
+        byte = os.pread(f.fileno(), 1, offset)
+        os.pwrite(f.fileno(), bytes([byte[0] ^ 0x40]), offset)
+
+
+def test_a_corrupt_record_raises_naming_its_crc_unless_verify_crc_is_false(workdir):
+    w = torch.arange(300 * 100, dtype=torch.float32).reshape(300, 100)
+    dcp_jobs.save({"w": w, "settings": dcp_jobs.Settings(2, "y")}, ndcp.FileSystemWriter(workdir),
+                  no_dist=True)
+    path, start = _data_start(workdir, "w")
+    _flip(path, start + 4 * 1234)
+    for target in (torch.zeros(300, 100), torch.zeros(100, 300).t()):  # in place; buffered
+        with pytest.raises(tdcp.CheckpointException) as raised:
+            dcp_jobs.load({"w": target}, ndcp.FileSystemReader(workdir), no_dist=True)
+        (error, _), = raised.value.failures.values()
+        assert isinstance(error, ValueError), error
+        assert "__0_0.distcp" in str(error) and "CRC-32" in str(error), error
+        assert "archive/data/0" in str(error) and "at offset" in str(error), error
+        loaded = {"w": target}
+        dcp_jobs.load(loaded, ndcp.FileSystemReader(workdir, verify_crc=False), no_dist=True)
+        differs = (loaded["w"] != w).nonzero().tolist()
+        assert differs == [[12, 34]], differs
+    _flip(path, start + 4 * 1234)
+    # An object's record: torch.save's archive, its pickle's CRC-32 checked too.
+    metadata = ndcp.FileSystemReader(workdir).read_metadata()
+    (info,) = [i for k, i in metadata.storage_data.items() if k.fqn == "settings"]
+    path = os.path.join(workdir, info.relative_path)
+    with open(path, "rb") as f:
+        record = os.pread(f.fileno(), info.length, info.offset)
+    (pickled,) = [m for m in zipfile.ZipFile(io.BytesIO(record)).infolist()
+                  if m.filename.endswith("data.pkl")]
+    name_length, extra_length = struct.unpack_from("<HH", record, pickled.header_offset + 26)
+    _flip(path, info.offset + pickled.header_offset + 30 + name_length + extra_length + 2)
+    with pytest.raises(tdcp.CheckpointException) as raised:
+        dcp_jobs.load({"w": torch.zeros(300, 100), "settings": None},
+                      ndcp.FileSystemReader(workdir), no_dist=True)
+    (error, _), = raised.value.failures.values()
+    assert "data.pkl" in str(error) and "CRC-32" in str(error), error
+
+
+@pytest.mark.skipif(_async_stager() is None,
+                    reason=f"torch's AsyncStager is torch >= 2.3's; {torch.__version__} lacks it")
+def test_a_staged_copy_holds_the_state_at_staging_and_cached_buffers_are_reused(workdir):
+    cached = ndcp.FileSystemWriter(workdir, cache_staged_state_dict=True)
+    assert isinstance(cached, _async_stager())
+    state = {"w": torch.ones(4, 4), "step": 1}
+    staged = cached.stage(state)
+    state["w"].add_(1)
+    assert torch.equal(staged["w"], torch.ones(4, 4)) and staged["step"] == 1
+    again = cached.stage(state)
+    assert again["w"].data_ptr() == staged["w"].data_ptr()
+    assert torch.equal(again["w"], torch.full((4, 4), 2.0))
+    state["w"] = torch.ones(5)  # another shape: a new cache, not a copy into the old one
+    assert torch.equal(cached.stage(state)["w"], torch.ones(5))
+    fresh = ndcp.FileSystemWriter(workdir)
+    assert fresh.stage(state)["w"].data_ptr() != fresh.stage(state)["w"].data_ptr()

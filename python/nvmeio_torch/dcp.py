@@ -627,6 +627,22 @@ class _Record:
         return start == 0 and nbytes == self.size
 
 
+_TORCH_1_13_DCP = "torch.distributed._shard.checkpoint"
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles ``.metadata``; a checkpoint saved on torch 1.13 names DCP's classes in
+    ``torch.distributed._shard.checkpoint``, which torch 2 keeps only as an alias whose
+    submodules would be second copies of the classes its planner checks for: those names are
+    read as torch 2's own."""
+
+    def find_class(self, module, name):
+        if _dcp.__name__ != _TORCH_1_13_DCP and (module == _TORCH_1_13_DCP or
+                                                 module.startswith(_TORCH_1_13_DCP + ".")):
+            module = _dcp.__name__ + module[len(_TORCH_1_13_DCP):]
+        return super().find_class(module, name)
+
+
 class FileSystemReader(_storage.StorageReader):
     """DCP's ``StorageReader`` on nvmeio: reads checkpoints in torch's layout, written by
     nvmeio's writer or torch's (module docstring), taking the arguments of torch's
@@ -684,7 +700,7 @@ class FileSystemReader(_storage.StorageReader):
         path = self.path / (_METADATA if rank is None else f"__{rank}{_METADATA}")
         with open(open_regular(path), "rb") as f:  # a FIFO is refused, not waited on
             try:
-                metadata = pickle.load(f)
+                metadata = _MetadataUnpickler(f).load()
             except (pickle.UnpicklingError, EOFError, AttributeError, ImportError,
                     IndexError, TypeError, ValueError) as error:
                 raise ValueError(f"{path}: not a checkpoint's metadata ({error!r})") from error

@@ -694,3 +694,61 @@ def test_a_staged_copy_holds_the_state_at_staging_and_cached_buffers_are_reused(
     assert torch.equal(cached.stage(state)["w"], torch.ones(5))
     fresh = ndcp.FileSystemWriter(workdir)
     assert fresh.stage(state)["w"].data_ptr() != fresh.stage(state)["w"].data_ptr()
+
+
+TORCH_1_13_PYTHON = "/usr/bin/python3"
+SAVE_ON_TORCH_1_13 = """
+import sys
+import torch
+import nvmeio_torch.dcp as ndcp
+assert torch.__version__.startswith("1.13"), torch.__version__
+state = {"w": torch.arange(12.0).reshape(3, 4), "b": torch.arange(5), "object": [1, "a"],
+         "half": torch.ones(3, dtype=torch.float16)}
+for name, writer in (("torch", ndcp._dcp.FileSystemWriter), ("nvmeio", ndcp.FileSystemWriter)):
+    ndcp._dcp.save_state_dict(state, writer(sys.argv[1] + "/" + name), no_dist=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def torch_1_13_checkpoints():
+    """A folder holding torch/ and nvmeio/, one state saved on torch 1.13 (Debian's, under
+    /usr/bin/python3) by each writer. Needs nvmeio_torch built for that Python, in the folder
+    NVMEIO_TORCH_1_13_PYTHONPATH names (its build tree's python/)."""
+    if int(torch.__version__.split(".")[0]) < 2:
+        pytest.skip(f"loads torch 1.13's checkpoints on torch 2; this is {torch.__version__}")
+    path = os.environ.get("NVMEIO_TORCH_1_13_PYTHONPATH")
+    if not path or not os.access(TORCH_1_13_PYTHON, os.X_OK):
+        pytest.skip(f"needs {TORCH_1_13_PYTHON} with torch 1.13 and nvmeio_torch built for it "
+                    "(NVMEIO_TORCH_1_13_PYTHONPATH names its folder; unset here)")
+    base = os.environ.get("NVMEIO_TORCH_TEST_DIR") or tempfile.gettempdir()
+    with tempfile.TemporaryDirectory(prefix="nvmeio_dcp_", dir=base) as folder:
+        # Run in the folder: -c puts the working folder first on sys.path, and that may be
+        # a build tree whose nvmeio_torch is this torch's.
+        done = subprocess.run([TORCH_1_13_PYTHON, "-c", SAVE_ON_TORCH_1_13, folder],
+                              env=dict(os.environ, PYTHONPATH=path), capture_output=True,
+                              text=True, cwd=folder)
+        if done.returncode != 0 and ("No module named 'torch'" in done.stderr or
+                                     "AssertionError: " in done.stderr):
+            pytest.skip(f"{TORCH_1_13_PYTHON} has no torch 1.13: {done.stderr.strip()[-200:]}")
+        assert done.returncode == 0, done.stderr
+        yield folder
+
+
+def test_checkpoints_saved_on_torch_1_13_load_through_nvmeios_reader(torch_1_13_checkpoints):
+    """torch 1.13's .metadata names DCP's classes in torch.distributed._shard.checkpoint;
+    nvmeio's reader reads them as torch 2's (torch 2.15's own reader refuses them: "expected
+    BytesStorageMetadata")."""
+    import warnings
+    for source in ("torch", "nvmeio"):
+        loaded = {"w": torch.zeros(3, 4), "b": torch.zeros(5, dtype=torch.int64),
+                  "object": None, "half": torch.zeros(3, dtype=torch.float16)}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            dcp_jobs.load(loaded, ndcp.FileSystemReader(os.path.join(torch_1_13_checkpoints,
+                                                                     source)), no_dist=True)
+        assert not [w for w in caught if issubclass(w.category, DeprecationWarning)], \
+            [str(w.message) for w in caught]
+        assert torch.equal(loaded["w"], torch.arange(12.0).reshape(3, 4)), source
+        assert torch.equal(loaded["b"], torch.arange(5)), source
+        assert torch.equal(loaded["half"], torch.ones(3, dtype=torch.float16)), source
+        assert loaded["object"] == [1, "a"], source

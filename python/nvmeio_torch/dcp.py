@@ -16,9 +16,12 @@ queue kept full).
 
 Commit: each rank flushes its files and the folder before its write returns; the coordinator
 then writes ``.metadata`` atomically (temporary, fdatasync, rename, folder sync). A save into a
-folder that holds a checkpoint writes files of new names (``k`` past every one there), so the
-old ``.metadata`` keeps pointing at the old, whole files until the rename; the old files are
-removed after it. A save killed at any point leaves the old checkpoint or the new one.
+folder that holds a checkpoint writes files of new names (each rank picks ``k`` past every one
+there as it plans, and creates each file exclusively), so the old ``.metadata`` keeps pointing
+at the old, whole files until the rename; the old files are removed after it. A save killed at
+any point leaves the old checkpoint or the new one. Saved without collectives (torch >= 2.6's
+``use_collectives=False``) each rank commits alone: its files, then its own
+``__{rank}.metadata``, atomically; there is no checkpoint-wide commit then.
 
 Reads group a rank's items per file, sorted, in one batch: a tensor slice DCP asks for whose
 bytes are contiguous in the record goes straight into its destination (contiguous, on the
@@ -117,7 +120,8 @@ _SUFFIX = ".distcp"
 _DATA_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
 _METADATA = ".metadata"
 _RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")  # a rank's, saved without collectives
-_METADATA_TEMPORARY = re.compile(r"^\.(\.metadata|__\d+\.metadata)\.[0-9a-f]{12}\.tmp$")  # atomic_file's
+# atomic_file's temporaries of .metadata and of __{rank}.metadata
+_METADATA_TEMPORARY = re.compile(r"^\.(\.metadata|__\d+\.metadata)\.[0-9a-f]{12}\.tmp$")
 _DCP_VERSION = getattr(_filesystem, "CURRENT_DCP_VERSION", None)  # the format torch writes
 _ARCHIVE = "archive"  # the folder torch.save names records in when writing to a stream
 _WEIGHTS_ONLY = "weights_only" in inspect.signature(torch.load).parameters
@@ -557,11 +561,13 @@ def _crc32(tensor):
     return _zip._crc32_piece(tensor.numpy()) if tensor.numel() else 0
 
 
-def _check_crc(path, info, what, expected, got, where_from):
+def _check_crc(path, info, record, expected, got):
+    """ValueError naming the file, the zip record and the item's offset where the CRC-32 of
+    the bytes read is not the one the archive's directory gives."""
     if expected != got:
-        raise ValueError(f"{path}: {what} (the record at offset {info.offset}{where_from}): CRC-32 "
-                         f"{got:08x}, the archive says {expected:08x}; the data is corrupt "
-                         "(FileSystemReader(verify_crc=False) skips this check)")
+        raise ValueError(f"{path}: record {record!r} of the item at offset {info.offset}: "
+                         f"CRC-32 {got:08x}, the archive says {expected:08x}; the data is "
+                         "corrupt (FileSystemReader(verify_crc=False) skips this check)")
 
 
 def _check_archive_crcs(path, info, data):
@@ -579,8 +585,8 @@ def _check_archive_crcs(path, info, data):
             continue
         name_length, extra_length = struct.unpack_from("<HH", view, header + 26)
         start = header + 30 + name_length + extra_length
-        _check_crc(path, info, f"record {member.filename!r}", member.CRC,
-                   zlib.crc32(view[start:start + member.file_size]), "")
+        _check_crc(path, info, member.filename, member.CRC,
+                   zlib.crc32(view[start:start + member.file_size]))
 
 
 class _Record:
@@ -826,8 +832,8 @@ class FileSystemReader(_storage.StorageReader):
 
                     def commit(item=item, target=target, record=record, check=check):
                         if check:
-                            _check_crc(path, info, f"record {record.name!r}", record.crc,
-                                       _crc32(_bytes_view(target)), " read in place")
+                            _check_crc(path, info, record.name, record.crc,
+                                       _crc32(_bytes_view(target)))
                         planner.commit_tensor(item, target)
                     after.append(commit)
                     continue
@@ -837,8 +843,7 @@ class FileSystemReader(_storage.StorageReader):
                     buffered += record.buffer.numel()
                     if self.verify_crc and record.whole(record.buffer.numel(), 0):
                         after.append(lambda record=record, info=info: _check_crc(
-                            path, info, f"record {record.name!r}", record.crc,
-                            _crc32(record.buffer), ""))
+                            path, info, record.name, record.crc, _crc32(record.buffer)))
 
                 def copy(item=item, target=target, source=source):
                     target.copy_(source)

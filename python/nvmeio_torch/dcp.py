@@ -398,12 +398,21 @@ class FileSystemWriter(_storage.StorageWriter, *_STAGER_BASES):
     def write_data(self, plan, planner):
         # Before any file is made: a tensor on a device with no bytes to read (meta) is refused,
         # naming it, as the other savers refuse it.
-        for item in plan.items:
-            if item.type != _planner.WriteItemType.BYTE_IO:
-                device = planner.resolve_data(item).device
-                if device.type not in ("cpu", "cuda"):
-                    raise ValueError(f"{item.index.fqn}: on {device}; nvmeio_torch saves tensors "
-                                     "on the CPU and CUDA devices")
+        tensor_items = [item for item in plan.items
+                        if item.type != _planner.WriteItemType.BYTE_IO]
+        tensors = [planner.resolve_data(item) for item in tensor_items]
+        for item, tensor in zip(tensor_items, tensors):
+            if tensor.device.type not in ("cpu", "cuda"):
+                raise ValueError(f"{item.index.fqn}: on {tensor.device}; nvmeio_torch saves "
+                                 "tensors on the CPU and CUDA devices")
+        try:
+            return self._write_plan(plan, planner)
+        finally:  # the staging cache, if these are its tensors, may be refilled from now on
+            self._stage.written(tensors)
+
+    def _write_plan(self, plan, planner):
+        """The rank's files: one, or one per item; flushed, and the folder too, when
+        sync_files."""
         # A plan DCP cached (DefaultSavePlanner(enable_plan_caching=True)) comes back with the
         # prefix it was given then; the numbers are this save's own.
         prefix = plan.storage_data.prefix

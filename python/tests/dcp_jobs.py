@@ -367,6 +367,7 @@ def async_saves_stage_into_cached_buffers(rank, world, folder):
     pointers = []
     for version in (1, 2):
         dcp.async_save(state, storage_writer=writer).result()
+        assert not writer._stage.in_flight, "the save wrote from other memory than the cache"
         pointers.append(staged_pointers(writer._stage.staged))
         loaded = {"sharded": api.distribute_tensor(torch.zeros(8, 6), mesh, [api.Shard(0)]),
                   "plain": torch.zeros(5, 5), "step": None}

@@ -687,10 +687,21 @@ def test_a_staged_copy_holds_the_state_at_staging_and_cached_buffers_are_reused(
     staged = cached.stage(state)
     state["w"].add_(1)
     assert torch.equal(staged["w"], torch.ones(4, 4)) and staged["step"] == 1
+    dcp_jobs.save(staged, cached, no_dist=True)  # the copy written: its buffers free again
     again = cached.stage(state)
     assert again["w"].data_ptr() == staged["w"].data_ptr()
     assert torch.equal(again["w"], torch.full((4, 4), 2.0))
+    # Staged again before a save wrote the cache: fresh memory, the cache's bytes untouched.
+    state["w"].add_(1)
+    meanwhile = cached.stage(state)
+    assert meanwhile["w"].data_ptr() != again["w"].data_ptr()
+    assert torch.equal(again["w"], torch.full((4, 4), 2.0))
+    dcp_jobs.save(meanwhile, cached, no_dist=True)  # not the cache: it stays in flight
+    assert cached.stage(state)["w"].data_ptr() != again["w"].data_ptr()
+    dcp_jobs.save(again, cached, no_dist=True)  # the cache written: free again
+    assert cached.stage(state)["w"].data_ptr() == again["w"].data_ptr()
     state["w"] = torch.ones(5)  # another shape: a new cache, not a copy into the old one
+    cached.close()
     assert torch.equal(cached.stage(state)["w"], torch.ones(5))
     fresh = ndcp.FileSystemWriter(workdir)
     assert fresh.stage(state)["w"].data_ptr() != fresh.stage(state)["w"].data_ptr()

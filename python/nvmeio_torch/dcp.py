@@ -678,6 +678,11 @@ class FileSystemReader(_storage.StorageReader):
                              "arguments, verify_crc= and handle=)")
         self.path = _checkpoint_path(path)
         self.storage_data = {}
+        if _extension_registry is not None and not callable(
+                getattr(_extension_registry, "from_descriptor_list", None)):
+            raise ValueError(f"nvmeio_torch.dcp.FileSystemReader: _extension_registry takes "
+                             f"torch's ExtensionRegistry, not "
+                             f"{type(_extension_registry).__name__}")
         self._extension_registry = _extension_registry
         self.verify_crc = bool(verify_crc)
         self.rank = None

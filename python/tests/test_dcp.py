@@ -463,6 +463,13 @@ def test_every_argument_of_torchs_class_is_taken_by_name_and_position(workdir, t
         ours(workdir, not_an_option=1)
 
 
+def test_stream_transform_arguments_of_a_wrong_kind_are_refused_naming_them(workdir):
+    with pytest.raises(ValueError, match="_extensions takes torch's StreamTransformExtension"):
+        ndcp.FileSystemWriter(workdir, _extensions=[object()])
+    with pytest.raises(ValueError, match="_extension_registry takes torch's ExtensionRegistry"):
+        ndcp.FileSystemReader(workdir, _extension_registry=object())
+
+
 @pytest.mark.skipif(not hasattr(ndcp._filesystem, "SerializationFormat"),
                     reason=f"serialization_format is torch >= 2.7's; {torch.__version__} lacks it")
 def test_a_serialization_format_other_than_torch_save_is_refused_naming_it(workdir):

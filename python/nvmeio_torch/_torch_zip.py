@@ -254,7 +254,7 @@ def _user_safe_globals():
     """What torch.serialization.add_safe_globals (or the safe_globals context) admits to
     weights_only loads, by the name a pickle gives it: the object's module and qualified name,
     or the name given beside it. Read at each refusal: users add globals at any time."""
-    get = getattr(torch.serialization, "get_safe_globals", None)  # torch 2.5+
+    get = getattr(torch.serialization, "get_safe_globals", None)  # torch 2.4+
     admitted = {}
     for entry in get() if get is not None else ():
         if isinstance(entry, tuple):

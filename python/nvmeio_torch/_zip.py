@@ -116,19 +116,23 @@ def check_crcs(path, records, skip_hint):
         crcs = crc32_pieces(executor)
         indices = [crcs.add(buffer) for _, _, buffer in records]
         for (e, offset, _), index in zip(records, indices):
-            check_crc(path, e, offset, crcs.result(index), skip_hint)
+            check_crc(path, record_at(e, offset), e.crc, crcs.result(index), skip_hint)
 
 
-def check_crc(path, e, offset, found, skip_hint):
-    """ValueError where ``found``, the CRC-32 of entry e's data at ``offset``, is not the one
-    the archive holds for it. A CRC of 0 is none recorded: what torch.save writes with
-    ``torch.utils.serialization.config.save.compute_crc32`` off (one in 2**32 records of data
-    has it too, and goes unchecked)."""
-    if e.crc != 0 and found != e.crc:
+def record_at(e, offset):
+    """Entry e, and where its data lies, for a message."""
+    return f"record {e.name!r} ({e.size} bytes of data at offset {offset})"
+
+
+def check_crc(path, what, expected, found, skip_hint):
+    """ValueError where ``found``, the CRC-32 of the bytes of ``what`` (a record, and where its
+    data lies), is not ``expected``, the one its archive holds. An expected 0 is none recorded:
+    what torch.save writes with ``torch.utils.serialization.config.save.compute_crc32`` off
+    (one in 2**32 records of data has it too, and goes unchecked)."""
+    if expected != 0 and found != expected:
         raise ValueError(
-            f"{path}: record {e.name!r} ({e.size} bytes of data at offset {offset}) has CRC-32 "
-            f"{found:#010x} where the archive says {e.crc:#010x}: the file is damaged "
-            f"({skip_hint} loads it unchecked)")
+            f"{path}: {what} has CRC-32 {found:#010x} where the archive says {expected:#010x}: "
+            f"the file is damaged ({skip_hint} loads it unchecked)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -163,7 +163,7 @@ def _load_through_rings(file, pickled, data_entries, data_prefix, span_ends, res
     if verify_crc:
         for e, item, crc in zip(checked, items, crcs):
             if e is not None:
-                _zip.check_crc(path, e, item[1], crc, _SKIP_CRC)
+                _zip.check_crc(path, _zip.record_at(e, item[1]), e.crc, crc, _SKIP_CRC)
     _validate_sparse_tensors()
     return result
 
@@ -245,7 +245,8 @@ class _ChecksAsRead:
     def check(self):
         """ValueError for the first record, in file order, whose bytes are not the archive's."""
         for e, start, index in self._located:
-            _zip.check_crc(self._path, e, start, self._crcs.result(index), _SKIP_CRC)
+            _zip.check_crc(self._path, _zip.record_at(e, start), e.crc,
+                           self._crcs.result(index), _SKIP_CRC)
 
 
 def _check_records(path, entries, read, span_ends):

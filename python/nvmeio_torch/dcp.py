@@ -538,34 +538,6 @@ def _narrowed(tensor, offsets, lengths):
     return tensor
 
 
-def _safe_globals():
-    """{(module, name): object} of the globals ``torch.serialization.add_safe_globals``
-    admits to weights_only loading (torch >= 2.4), which torch's reader uses for tensors."""
-    listed = getattr(torch.serialization, "get_safe_globals", lambda: [])()
-    admitted = {}
-    for entry in listed:
-        if isinstance(entry, tuple):
-            obj, full = entry
-            module, _, name = full.rpartition(".")
-        else:
-            obj, module, name = entry, entry.__module__, entry.__qualname__
-        admitted[(module, name)] = obj
-    return admitted
-
-
-class _RecordUnpickler(_torch_zip.Unpickler):
-    """weights_only unpickling of a tensor record, admitting torch's safe globals as
-    ``torch.load(weights_only=True)`` does in torch's reader."""
-
-    def __init__(self, file, path, persistent_load):
-        super().__init__(file, path, True, persistent_load)
-        self._admitted = _safe_globals()
-
-    def find_class(self, module, name):
-        found = self._admitted.get((module, name))
-        return found if found is not None else super().find_class(module, name)
-
-
 def _crc32(tensor):
     return _zip._crc32_piece(tensor.numpy()) if tensor.numel() else 0
 
@@ -573,10 +545,8 @@ def _crc32(tensor):
 def _check_crc(path, info, record, expected, got):
     """ValueError naming the file, the zip record and the item's offset where the CRC-32 of
     the bytes read is not the one the archive's directory gives."""
-    if expected != got:
-        raise ValueError(f"{path}: record {record!r} of the item at offset {info.offset}: "
-                         f"CRC-32 {got:08x}, the archive says {expected:08x}; the data is "
-                         "corrupt (FileSystemReader(verify_crc=False) skips this check)")
+    _zip.check_crc(path, f"record {record!r} of the item at offset {info.offset}", expected,
+                   got, "FileSystemReader(verify_crc=False)")
 
 
 def _check_archive_crcs(path, info, data):
@@ -628,7 +598,9 @@ class _Record:
         pickled = _zip._pread_exact(fd, pickle_entry.size, base + data_offset(pickle_entry),
                                     where)
         persistent_load = _torch_zip.persistent_loader(where, data_entries, "data/", storage_of)
-        tensor = _RecordUnpickler(io.BytesIO(pickled), where, persistent_load).load()
+        # weights_only, admitting what torch.serialization.add_safe_globals admits, as
+        # torch.load(weights_only=True) does in torch's reader.
+        tensor = _torch_zip.Unpickler(io.BytesIO(pickled), where, True, persistent_load).load()
         if not isinstance(tensor, torch.Tensor) or len(self.storages) != 1:
             raise ValueError(f"{where}: not a record of one tensor")
         self.tensor = tensor

@@ -50,8 +50,8 @@ def test_no_deprecation_warning_comes_from_our_saves_and_loads(workdir):
     assert [f"{w.filename}:{w.lineno}: {w.message}" for w in caught] == []
 
 
-@pytest.mark.skipif(not hasattr(torch.serialization, "add_safe_globals"),
-                    reason=f"torch {torch.__version__} has no add_safe_globals (2.5+)")
+@pytest.mark.skipif(not hasattr(torch.serialization, "safe_globals"),
+                    reason=f"torch {torch.__version__} has no safe_globals (2.5+)")
 def test_weights_only_admits_what_add_safe_globals_admits(workdir):
     # As torch.load(weights_only=True): a tensor subclass and a plain class load once admitted,
     # by the object or by a name given beside it, and not before nor after.

@@ -68,13 +68,19 @@ else
   echo "nvmeio: Python part SKIPPED: no interpreter imports torch (neither PyPI's, above, nor" \
     "Debian's python3-torch); the C++ suite runs without nvmeio_torch"
 fi
-timed "g++ C++17 tests" run_tests build-test-g++-17
-# Debian's torch 1.13, where it is installed and the build above was for another torch.
+# nvmeio_torch for Debian's torch 1.13 too, where it is installed and the build above was for
+# another torch: built before the tests, whose DCP test loads checkpoints saved with it.
+debian_torch=""
 if [ ${#torch_args[@]} -gt 0 ] && /usr/bin/python3 -c "import torch, pytest" 2>/dev/null; then
-  timed "nvmeio_torch for Debian's torch build" build build-test-torch-debian g++ 17 Release \
+  debian_torch=build-test-torch-debian
+  timed "nvmeio_torch for Debian's torch build" build "$debian_torch" g++ 17 Release \
     nvmeio_torch_C -DPython3_EXECUTABLE=/usr/bin/python3 -DNVMEIO_BUILD_EXAMPLES=OFF \
     -DNVMEIO_BUILD_BENCH=OFF
-  timed "nvmeio_torch for Debian's torch tests" run_tests build-test-torch-debian -L python
+  export NVMEIO_TORCH_1_13_PYTHONPATH="$PWD/$debian_torch/python"
+fi
+timed "g++ C++17 tests" run_tests build-test-g++-17
+if [ -n "$debian_torch" ]; then
+  timed "nvmeio_torch for Debian's torch tests" run_tests "$debian_torch" -L python
 fi
 timed "clang++ C++17 compile check" build build-test-clang++-17 clang++ 17 None "header_check strategy_test batch_test" \
   -DNVMEIO_BUILD_EXAMPLES=OFF -DNVMEIO_BUILD_BENCH=OFF -DNVMEIO_BUILD_PYTHON=OFF

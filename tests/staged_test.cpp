@@ -20,6 +20,7 @@
 #include "delayed_copy_engine.hpp"
 #include "offset_fault_backend.hpp"
 #include "queued_cuda_driver.hpp"
+#include "support/simulated_link.hpp"
 #include "test_support.hpp"
 
 using namespace nvmeio;
@@ -690,6 +691,34 @@ BOOST_AUTO_TEST_CASE(an_async_context_keeps_two_windows_in_flight_and_another_on
             }
             BOOST_TEST(overlap_backend::most_busy.load() == 1);
             BOOST_TEST((memory == bytes));
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(the_simulated_link_holds_what_a_read_brought_and_gives_what_a_write_stores) {
+    // The benchmarks' stand-in for a GPU: device addresses are offsets into its memory.
+    temp_path in_path("staged"), out_path("staged");
+    const std::vector<unsigned char> bytes = nvmeio_test::pattern(7 * slot + 300, 12);
+    nvmeio_test::spew(in_path.str(), bytes.data(), bytes.size());
+    async_context context({2, {4, 4096}});
+    for (const double rate : {0.0, 50e6}) {
+        BOOST_TEST_CONTEXT("at " << rate << " bytes/s") {
+            nvmeio::support::simulated_link link(rate, bytes.size());
+            staging_ring<nvmeio::support::simulated_link> ring(link, {3, slot});
+            // Device address a is byte a % size of the stand-in (a plan refuses address 0).
+            const std::uintptr_t base = bytes.size();
+            const std::vector<staged_range> ranges = {
+                {0, 1000, bytes.size() - 1000, base + 1000, false}, {0, 0, 1000, base, false}};
+            file in(in_path.str(), open_mode::read, direct_io::on);
+            (void)staged_read(context, ring, {&in}, ranges);
+            BOOST_TEST(std::memcmp(link.stand_in(), bytes.data(), bytes.size()) == 0);
+            std::reverse(link.stand_in(), link.stand_in() + bytes.size());
+            file out(out_path.str(), open_mode::write, direct_io::on);
+            (void)staged_write(context, ring, {&out}, ranges);
+            out.close();
+            const std::vector<unsigned char> written = nvmeio_test::slurp(out_path.str());
+            BOOST_TEST((written == std::vector<unsigned char>(bytes.rbegin(), bytes.rend())));
+            BOOST_TEST(link.bytes() == 2 * bytes.size());
         }
     }
 }

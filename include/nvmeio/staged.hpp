@@ -170,9 +170,9 @@ class staged_run {
     }
 
     /// `observer(range, bytes, n)` is called for every piece of every range, in file order (so
-    /// each range's pieces in order), while its bytes are in the slot: a write's before they
-    /// are written, a read's once they are read and before they are copied out. To checksum
-    /// what moves without reading it again.
+    /// each range's pieces in order), while its bytes are in the slot: a write's once its
+    /// window's write has started (with an async context, while it runs), a read's once read,
+    /// as its copies start. To checksum what moves without reading it again, beside the I/O.
     void observe(std::function<void(std::size_t, const std::byte*, std::size_t)> observer) {
         observer_ = std::move(observer);
     }
@@ -220,8 +220,8 @@ class staged_run {
         start_reads(done);
         const std::size_t w = next_;
         finish_io(w);
-        show_observer(w);
         start_copies(w);
+        show_observer(w);  // beside the copies, which only read the slot too
         ++next_;
         CopyEngine& engine = ring_->engine();
         while (oldest_ < next_ && engine.ready(slot_of(oldest_)))
@@ -246,7 +246,7 @@ class staged_run {
 
     // Writes: fill every free slot (a window's copies in flight), start the writes of filled
     // windows in order as their copies complete (up to depth_ in flight; the observer sees
-    // each just before), then wait for the oldest write and report its ranges.
+    // each as it starts), then wait for the oldest write and report its ranges.
     void advance_write(std::vector<std::size_t>& done) {
         const std::size_t slots = ring_->options().slots;
         while (next_ < plan_.windows.size() && next_ - oldest_ < slots)
@@ -254,8 +254,8 @@ class staged_run {
         while (issued_ < next_ && issued_ - oldest_ < depth_) {
             if (issued_ != oldest_ && !ring_->engine().ready(slot_of(issued_))) break;
             wait_for_copies(issued_);
-            show_observer(issued_);
             start_io(issued_, operation::write, plan_.windows[issued_].length);
+            show_observer(issued_);  // while its write, which only reads the slot, runs
             ++issued_;
         }
         if (oldest_ < issued_) {

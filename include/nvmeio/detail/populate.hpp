@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "nvmeio/alignment.hpp"
@@ -134,9 +135,9 @@ inline bool populate_run(std::byte* first, std::size_t pages, std::size_t page,
 }
 
 /// Populates `runs` in order, `chunk` bytes (whole pages) at a time, until done or `stop` is set
-/// (checked between chunks). Pages already mapped (mincore: a KV pool in use) are left alone, so
-/// that touched memory costs a walk of its page tables and no more. Safe beside copies into the
-/// same pages.
+/// (checked after each chunk: the first is always looked at). Pages already mapped (mincore: a KV
+/// pool in use) are left alone, so that touched memory costs a walk of its page tables and no more.
+/// Safe beside copies into the same pages.
 inline populate_count populate_pages(const std::vector<page_runs::run>& runs, std::size_t page,
                                      std::size_t chunk, const std::atomic<bool>& stop,
                                      advise_function advise = populate_advise.load()) {
@@ -144,9 +145,11 @@ inline populate_count populate_pages(const std::vector<page_runs::run>& runs, st
     bool touching = false;
     const std::size_t chunk_pages = chunk / page == 0 ? 1 : chunk / page;
     std::vector<unsigned char> resident(chunk_pages);
+    bool first_chunk = true;
     for (const page_runs::run& r : runs) {
         for (std::size_t at = 0; at < r.pages; at += chunk_pages) {
-            if (stop.load(std::memory_order_relaxed)) return count;
+            if (!std::exchange(first_chunk, false) && stop.load(std::memory_order_relaxed))
+                return count;
             std::byte* const first = r.first + at * page;
             const std::size_t pages = r.pages - at < chunk_pages ? r.pages - at : chunk_pages;
             if (::mincore(first, pages * page, resident.data()) != 0)

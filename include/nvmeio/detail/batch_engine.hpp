@@ -19,6 +19,7 @@
 #include "nvmeio/alignment.hpp"
 #include "nvmeio/detail/engine.hpp"
 #include "nvmeio/detail/front_end.hpp"
+#include "nvmeio/detail/populate.hpp"
 #include "nvmeio/detail/unit_edge.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
@@ -310,6 +311,22 @@ inline void copy_wave_pieces(const void* state, std::size_t index, std::size_t p
     }
 }
 
+// The caller's memory a read wave copies into out of staging slots, piece by piece in file
+// order: what its populate step faults in ahead of the copies (detail/populate.hpp). Segments
+// read straight into the caller's memory are left alone: O_DIRECT needs no fault to fill them.
+inline page_runs bounced_destinations(const batch_wave& w,
+                                      const std::vector<batch_request>& requests) {
+    page_runs destinations;
+    for (std::size_t i = 0; i < w.segments.size(); ++i) {
+        if (w.segments[i].memory != nullptr) continue;
+        for (std::size_t p = w.first_piece[i]; p < w.first_piece[i + 1]; ++p) {
+            const batch_wave::piece& piece = w.pieces[p];
+            destinations.add(requests[piece.request].memory.bytes() + piece.from, piece.length);
+        }
+    }
+    return destinations;
+}
+
 // Plans the groups `which` (in that order) of a batch as waves, without
 // touching memory or files. A group goes straight between the caller's memory
 // and the file where zero_copy says so, else staged: the engine copies its
@@ -432,8 +449,13 @@ void run_wave(Context& context, const file& f, operation op,
     }
     const wave_stager_state callers{&w, &requests, &merged};
     const stager stage{copy_wave_pieces, &callers, options.bounce_size};
-    engine_of<Context>::move(context, f, op, w.segments.data(), w.segments.size(), options.config,
-                             measured(), &stage);
+    {
+        page_runs destinations =
+            op == operation::read ? bounced_destinations(w, requests) : page_runs{};
+        background_populate populate(destinations);  // while the requests are in flight
+        engine_of<Context>::move(context, f, op, w.segments.data(), w.segments.size(),
+                                 options.config, measured(), &stage);
+    }
     const io_failure trim =
         padding.first != 0 ? trim_write_padding(f, padding.first, padding.second) : io_failure{};
     for (std::size_t i = 0; i < w.segments.size(); ++i) {

@@ -396,8 +396,10 @@ class FileSystemWriter(_storage.StorageWriter, *_STAGER_BASES):
                 for rank, plan in enumerate(plans)]
 
     def write_data(self, plan, planner):
-        # Before any file is made: a tensor on a device with no bytes to read (meta) is refused,
-        # naming it, as the other savers refuse it.
+        # Before any file is made: a tensor on a device with no bytes to read (meta), and a
+        # sparse one (no storage of its values alone: torch's writer fails on it midway) are
+        # refused, naming them, as the other savers refuse them. Quantized tensors are saved
+        # whole, scale and zero point with them, as torch.save saves them.
         tensor_items = [item for item in plan.items
                         if item.type != _planner.WriteItemType.BYTE_IO]
         tensors = [planner.resolve_data(item) for item in tensor_items]
@@ -405,6 +407,10 @@ class FileSystemWriter(_storage.StorageWriter, *_STAGER_BASES):
             if tensor.device.type not in ("cpu", "cuda"):
                 raise ValueError(f"{item.index.fqn}: on {tensor.device}; nvmeio_torch saves "
                                  "tensors on the CPU and CUDA devices")
+            if tensor.layout != torch.strided or getattr(tensor, "is_nested", False):
+                kind = "nested" if getattr(tensor, "is_nested", False) else str(tensor.layout)
+                raise ValueError(f"{item.index.fqn}: a {kind} tensor on {tensor.device}; "
+                                 "nvmeio_torch's DCP writer saves dense tensors")
         try:
             return self._write_plan(plan, planner)
         finally:  # the staging cache, if these are its tensors, may be refilled from now on

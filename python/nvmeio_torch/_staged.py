@@ -5,42 +5,29 @@ the ring's K x slot bytes, whatever the size of the model.
 
 Every loader and saver of nvmeio_torch that meets a CUDA device comes here: one pipeline.
 
-The rings are kept, one per device, for the process's next transfers (page-locking 256 MiB
-costs about as much as moving it); ``release_rings()`` (``nvmeio_torch.release_staging_rings``)
-frees them. A handle's CUDA calls use rings of the handle's own, freed with the handle. A thread that finds its
-device's ring in use (another thread's load) gets a ring of its own for that transfer.
+The rings come from the process's pool (``python/src/ring_pool.hpp``), shared with the handle's
+GPU calls: a ring given back is kept for its device's next transfer (page-locking 256 MiB costs
+about as much as moving it), one per device at most; ``release_rings()``
+(``nvmeio_torch.release_staging_rings``) frees them. A thread that finds its device's ring taken
+gets one of its own for that transfer.
 """
 
 import contextlib
 import os
 import re
-import threading
 
 import torch
 
 from . import _C
 
-SLOTS = 4
-SLOT_SIZE = 64 << 20
-_ALIGN = 4096
-
-_rings = {}  # (device index, slots, slot size) -> an idle ring
-_lock = threading.Lock()
-_inherited = []  # a forked child's copy of its parent's rings: never used, never destroyed
+# Host memory a ring may take when the caller sets no bound (0: none, nvmeio's default ring).
+# Tests lower it to make every transfer wrap around a small ring.
+DEFAULT_MAX_BYTES = 0
 
 
-def _forget_rings_in_child():
-    """After fork the kept rings (their threads, their driver state) are the parent's: the child
-    makes its own, and leaves the parent's untouched rather than tearing them down."""
-    _inherited.append(dict(_rings))
-    _rings.clear()
-
-
-os.register_at_fork(after_in_child=_forget_rings_in_child)
-
-
-def _threads():
-    return max(1, min(8, len(os.sched_getaffinity(0))))
+# After fork the pool's rings (their driver state) and its threads are the parent's: the child
+# starts an empty pool, and leaves the parent's untouched rather than tearing them down.
+os.register_at_fork(after_in_child=_C.forget_staging_rings)
 
 
 def device_index(device):
@@ -55,36 +42,22 @@ def device_index(device):
 
 
 def ring_shape_for(max_bytes):
-    """(slots, slot size) of a ring within ``max_bytes`` bytes of host memory: the default when
-    it fits, else 2 to 4 slots of whole pages."""
-    if max_bytes is None or SLOTS * SLOT_SIZE <= max_bytes:
-        return SLOTS, SLOT_SIZE
-    slots = 4 if max_bytes >= 4 * _ALIGN else 2
-    size = max_bytes // slots // _ALIGN * _ALIGN
-    if size < _ALIGN:
-        raise ValueError(f"a staging ring needs at least {2 * _ALIGN} bytes, not {max_bytes}")
-    return slots, size
+    """(slots, slot size) of a ring within ``max_bytes`` bytes of host memory (None: the
+    default bound): nvmeio's default ring when it fits, else 2 to 4 slots of whole pages."""
+    return _C.ring_shape(DEFAULT_MAX_BYTES if max_bytes is None else max_bytes)
 
 
 @contextlib.contextmanager
-def ring_for(index, slots=SLOTS, slot_size=SLOT_SIZE):
-    """An idle ring of device ``index`` (-1: the host's), kept for the next transfer after."""
-    key = (index, slots, slot_size)
-    with _lock:
-        ring = _rings.pop(key, None)
-    if ring is None:
-        ring = _C.staging_ring(index, slots, slot_size, threads=_threads())
-    try:
-        yield ring
-    finally:
-        with _lock:
-            _rings.setdefault(key, ring)
+def ring_for(index, max_bytes=None):
+    """A ring of device ``index`` (-1: the host's) from the pool, within ``max_bytes`` (None:
+    the default bound), given back when the block and every job on it are done."""
+    lease = _C.take_ring(index, DEFAULT_MAX_BYTES if max_bytes is None else max_bytes)
+    yield lease.ring
 
 
 def release_rings():
-    """Frees the kept rings (their page-locked host memory)."""
-    with _lock:
-        _rings.clear()
+    """Frees the pool's kept rings (their page-locked host memory)."""
+    _C.release_staging_rings()
 
 
 def _bytes_view(tensor):
@@ -122,8 +95,7 @@ def completions(op, items, device, *, max_bytes=None, checksum=False, crcs=None)
         lengths.append(nbytes)
         addresses.append(tensor.data_ptr() if nbytes else 0)
         on_host.append(tensor.device.type == "cpu")
-    slots, slot_size = ring_shape_for(max_bytes)
-    with ring_for(index, slots, slot_size) as ring:
+    with ring_for(index, max_bytes) as ring:
         if index >= 0:
             # Destinations were allocated, and sources written, on torch's stream of the device;
             # nvmeio's copies run on a stream of their own.

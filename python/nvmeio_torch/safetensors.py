@@ -793,10 +793,8 @@ def _closed_at_end(headers, tensors):
 def _stream_to_device(chunks, max_bytes, device, observe):
     """stream on a GPU: chunk by chunk, each chunk's tensors made on the device and read into
     through a ring within ``max_bytes``, yielded as each one's bytes have arrived."""
-    resident = _staged.SLOTS * _staged.SLOT_SIZE
-    if max_bytes < resident:
-        slots, size = _staged.ring_shape_for(max_bytes)
-        resident = slots * size
+    slots, size = _staged.ring_shape_for(max_bytes)
+    resident = slots * size
     for i, chunk in enumerate(chunks):
         names = {entry.name for entry in chunk.entries}
         for name, tensor in _to_device([chunk.header], device, names, max_bytes):

@@ -25,6 +25,7 @@
 #include "handle.hpp"
 #include "mapped.hpp"
 #include "pinned.hpp"
+#include "ring_pool.hpp"
 #include "staged.hpp"
 
 namespace py = pybind11;
@@ -236,18 +237,10 @@ class py_handle {
         {
             py::gil_scoped_release unlocked;
             earlier = handle_.wait(released) + staged_done_.exchange(0);
-            std::lock_guard<std::mutex> lock(rings_mutex_);
-            auto& ring = rings_[device];
-            if (!ring) {
-                const handle_settings& s = handle_.settings();
-                ring_settings r;
-                r.device = device;
-                r.threads = s.intra_op_parallelism;
-                r.queue_depth = s.queue_depth;
-                r.block_size = s.block_size;
-                ring = make_staging_ring(r);
-            }
-            auto job = ring->start(op, {source}, std::move(ranges), false);
+            std::lock_guard<std::mutex> lock(staged_mutex_);
+            ring_pool& pool = ring_pool::process();
+            const ring_lease ring(pool, pool.take(device, 0));
+            auto job = ring->start(staged_context(), op, {source}, std::move(ranges), false);
             while (job->pending())
                 (void)job->advance();
         }
@@ -259,10 +252,21 @@ class py_handle {
     }
 
   private:
+    // The context the handle lends the pool's rings: its queue depth and block size, and as
+    // many workers (windows in flight) as its intra-op parallelism, at least two.
+    nvmeio::async_context& staged_context() {
+        if (!staged_context_) {
+            const handle_settings& s = handle_.settings();
+            staged_context_ = std::make_unique<nvmeio::async_context>(nvmeio::async_options{
+                std::max(2u, s.intra_op_parallelism), {s.queue_depth, s.block_size}});
+        }
+        return *staged_context_;
+    }
+
     aio_handle handle_;
     std::atomic<int> staged_done_{0};
-    std::mutex rings_mutex_;  // one staged call at a time on the handle's rings
-    std::map<int, std::unique_ptr<staging_ring_base>> rings_;  // per CUDA device, made at first use
+    std::mutex staged_mutex_;  // one staged call at a time on the handle
+    std::unique_ptr<nvmeio::async_context> staged_context_;  // made at the first staged call
 };
 
 bool any_cuda(const std::vector<torch::Tensor>& tensors) {
@@ -553,10 +557,8 @@ void def_staged(py::module_& m) {
              "Waits for copies in flight and lets the ring serve another job.");
 
     py::class_<staging_ring_base>(m, "staging_ring")
-        .def(py::init([](int device, std::int64_t slots, std::int64_t slot_size,
-                         std::int64_t threads, std::int64_t queue_depth, std::int64_t block_size) {
-                 // Only what the conversion to unsigned needs; the ring and the context check
-                 // the rest.
+        .def(py::init([](int device, std::int64_t slots, std::int64_t slot_size) {
+                 // Only what the conversion to unsigned needs; the ring checks the rest.
                  const auto in_range = [](const char* name, std::int64_t value, std::int64_t most) {
                      if (value < 0 || value > most) {
                          throw std::invalid_argument(
@@ -570,15 +572,12 @@ void def_staged(py::module_& m) {
                  s.ring.slots = static_cast<unsigned>(in_range("slots", slots, 1 << 16));
                  s.ring.slot_size = static_cast<std::size_t>(
                      in_range("slot_size", slot_size, std::int64_t{1} << 40));
-                 s.threads = static_cast<unsigned>(in_range("threads", threads, 1024));
-                 s.queue_depth = static_cast<unsigned>(in_range("queue_depth", queue_depth, 65536));
-                 s.block_size = static_cast<std::size_t>(
-                     in_range("block_size", block_size, std::int64_t{1} << 40));
                  py::gil_scoped_release unlocked;  // page-locking the slots takes a while
                  return make_staging_ring(s);
              }),
-             "device"_a = -1, "slots"_a = 4, "slot_size"_a = 64 << 20, "threads"_a = 4,
-             "queue_depth"_a = 32, "block_size"_a = 1 << 20)
+             "device"_a = -1, "slots"_a = nvmeio::ring_options{}.slots,
+             "slot_size"_a = nvmeio::ring_options{}.slot_size,
+             "A ring of its own (not the pool's); its jobs run on the pool's context.")
         .def_property_readonly("device",
                                [](const staging_ring_base& r) { return r.settings().device; })
         .def_property_readonly("bytes", &staging_ring_base::bytes)
@@ -622,6 +621,7 @@ void def_staged(py::module_& m) {
                 {
                     py::gil_scoped_release unlocked;  // opening files can block
                     job->job = ring.start(
+                        ring_pool::process().context(),
                         op == "read" ? nvmeio::operation::read : nvmeio::operation::write, paths,
                         std::move(ranges), checksum);
                 }
@@ -633,6 +633,47 @@ void def_staged(py::module_& m) {
             "Starts a staged read or write of ranges (files[i] indexes paths, each a path or an "
             "open descriptor); keep (a tensor or a list of them) is held until the job closes, "
             "and the tensors' storages stay put.");
+
+    py::class_<ring_lease>(m, "ring_lease")
+        .def_property_readonly(
+            "ring", [](ring_lease& lease) -> staging_ring_base& { return *lease; },
+            py::return_value_policy::reference_internal,
+            "The ring, the pool's until the lease (and every job of the ring) is gone.");
+    m.def(
+        "take_ring",
+        [](int device, std::int64_t max_bytes) {
+            if (max_bytes < 0) {
+                throw std::invalid_argument("take_ring: max_bytes must not be negative (got " +
+                                            std::to_string(max_bytes) + ")");
+            }
+            ring_pool& pool = ring_pool::process();
+            py::gil_scoped_release unlocked;  // a new ring page-locks its slots
+            return std::make_unique<ring_lease>(
+                pool, pool.take(device, static_cast<std::size_t>(max_bytes)));
+        },
+        "device"_a, "max_bytes"_a = 0,
+        "A ring of the process's pool for device (-1: the host's engine) within max_bytes of "
+        "host memory (0: nvmeio's default ring), given back when the lease is gone.");
+    m.def(
+        "ring_shape",
+        [](std::int64_t max_bytes) {
+            if (max_bytes < 0) throw std::invalid_argument("ring_shape: max_bytes is negative");
+            const nvmeio::ring_options shape = ring_shape(static_cast<std::size_t>(max_bytes));
+            return py::make_tuple(shape.slots, shape.slot_size);
+        },
+        "max_bytes"_a = 0, "(slots, slot size) of the pool's ring within max_bytes (0: none).");
+    m.def(
+        "release_staging_rings",
+        [] {
+            py::gil_scoped_release unlocked;
+            ring_pool::process().release_idle();
+        },
+        "Frees the pool's kept rings (their page-locked memory).");
+    m.def(
+        "idle_ring_bytes", [] { return ring_pool::process().idle_bytes(); },
+        "Bytes of the rings the pool keeps.");
+    m.def("forget_staging_rings", &ring_pool::forget,
+          "In a child after fork: an empty pool, the parent's rings left untouched.");
 }
 
 }  // namespace

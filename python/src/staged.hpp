@@ -1,8 +1,8 @@
 #pragma once
 // Staged transfers for Python: a staging ring (nvmeio/staged.hpp) on a copy engine (the host's,
-// or a CUDA device's, nvmeio/cuda.hpp) with the async context whose workers move the slots'
-// bytes, several windows at once, and jobs over it. Nothing of Python here: module.cpp converts and
-// releases the GIL.
+// or a CUDA device's, nvmeio/cuda.hpp), and jobs over it, each run on an async context its
+// caller lends (several windows' I/O in flight at once). The rings live in ring_pool.hpp. Nothing
+// of Python here: module.cpp converts and releases the GIL.
 
 #include <cstddef>
 #include <cstdint>
@@ -22,9 +22,6 @@ namespace nvmeio_torch {
 struct ring_settings {
     int device = -1;  ///< CUDA device index; -1: the host engine (memcpy), for CPU memory.
     nvmeio::ring_options ring{};
-    unsigned threads = 4;  ///< Of the async context: windows whose I/O may be in flight at once.
-    unsigned queue_depth = 32;
-    std::size_t block_size = std::size_t{1} << 20;
 };
 
 /// One staged transfer in progress on a ring: its files, and the run (which holds the ring).
@@ -43,7 +40,7 @@ class staged_job {
     std::vector<std::uint32_t> crcs_;
 };
 
-/// A ring, its copy engine and its context.
+/// A ring and its copy engine.
 class staging_ring_base {
   public:
     virtual ~staging_ring_base() = default;
@@ -51,9 +48,10 @@ class staging_ring_base {
     [[nodiscard]] std::size_t bytes() const {
         return std::size_t{settings_.ring.slots} * settings_.ring.slot_size;
     }
-    /// Opens the files, takes the ring and plans: io_error for an open, std::logic_error when
-    /// another job has the ring, std::invalid_argument for a bad plan.
-    virtual std::unique_ptr<staged_job> start(nvmeio::operation op,
+    /// Opens the files, takes the ring and plans, for a job run on `context` (which must
+    /// outlive it): io_error for an open, std::logic_error when another job has the ring,
+    /// std::invalid_argument for a bad plan.
+    virtual std::unique_ptr<staged_job> start(nvmeio::async_context& context, nvmeio::operation op,
                                               const std::vector<file_source>& paths,
                                               std::vector<nvmeio::staged_range> ranges,
                                               bool checksum) = 0;
@@ -69,25 +67,24 @@ template <class Engine>
 class staging_ring_of final : public staging_ring_base {
   public:
     staging_ring_of(ring_settings s, std::unique_ptr<Engine> engine)
-        : staging_ring_base(s),
-          engine_(std::move(engine)),
-          ring_(*engine_, s.ring),
-          context_({s.threads, {s.queue_depth, s.block_size}}) {}
+        : staging_ring_base(s), engine_(std::move(engine)), ring_(*engine_, s.ring) {}
 
-    std::unique_ptr<staged_job> start(nvmeio::operation op, const std::vector<file_source>& paths,
+    std::unique_ptr<staged_job> start(nvmeio::async_context& context, nvmeio::operation op,
+                                      const std::vector<file_source>& paths,
                                       std::vector<nvmeio::staged_range> ranges,
                                       bool checksum) override {
-        return std::make_unique<job>(*this, op, paths, std::move(ranges), checksum);
+        return std::make_unique<job>(*this, context, op, paths, std::move(ranges), checksum);
     }
 
   private:
     class job final : public staged_job {
       public:
-        job(staging_ring_of& owner, nvmeio::operation op, const std::vector<file_source>& paths,
-            std::vector<nvmeio::staged_range> ranges, bool checksum)
+        job(staging_ring_of& owner, nvmeio::async_context& context, nvmeio::operation op,
+            const std::vector<file_source>& paths, std::vector<nvmeio::staged_range> ranges,
+            bool checksum)
             : files_(open_all(paths, op)),
               count_(ranges.size()),
-              run_(owner.context_, owner.ring_, pointers(files_), std::move(ranges), op) {
+              run_(context, owner.ring_, pointers(files_), std::move(ranges), op) {
             if (checksum) {
                 crcs_.assign(count_, 0);
                 run_.observe([this](std::size_t range, const std::byte* data, std::size_t n) {
@@ -127,11 +124,10 @@ class staging_ring_of final : public staging_ring_base {
 
     std::unique_ptr<Engine> engine_;
     nvmeio::staging_ring<Engine> ring_;
-    nvmeio::async_context context_;
 };
 
-/// A ring on the host engine (device -1) or on CUDA device `device`; the ring and the context
-/// check their settings.
+/// A ring on the host engine (device -1) or on CUDA device `device`; the ring checks its
+/// settings.
 inline std::unique_ptr<staging_ring_base> make_staging_ring(const ring_settings& s) {
     if (s.device < 0) {
         return std::make_unique<staging_ring_of<nvmeio::host_copy_engine>>(

@@ -49,9 +49,8 @@ def _same_bytes(a, b):
 
 @pytest.fixture(params=["default ring", "small ring"])
 def rings(request, monkeypatch):
-    if request.param == "small ring":  # 2 slots of 64 KiB: every load wraps around
-        monkeypatch.setattr(_staged, "SLOTS", 2)
-        monkeypatch.setattr(_staged, "SLOT_SIZE", 64 << 10)
+    if request.param == "small ring":  # every load wraps around
+        monkeypatch.setattr(_staged, "DEFAULT_MAX_BYTES", 128 << 10)  # 4 slots of 32 KiB
     _staged.release_rings()
     yield
     _staged.release_rings()

@@ -18,8 +18,7 @@ CPU = torch.device("cpu")
 
 @pytest.fixture(autouse=True)
 def small_rings(monkeypatch):
-    monkeypatch.setattr(_staged, "SLOTS", 2)
-    monkeypatch.setattr(_staged, "SLOT_SIZE", 4096)
+    monkeypatch.setattr(_staged, "DEFAULT_MAX_BYTES", 2 * 4096)  # 2 slots of 4 KiB
     _staged.release_rings()
     yield
     _staged.release_rings()
@@ -128,8 +127,30 @@ def test_bad_items_raise_before_any_io(workdir):
         _C.staging_ring(-1, 2, 1000)
     with pytest.raises(ValueError, match="slots must be between 0 and 65536"):
         _C.staging_ring(-1, (1 << 32) + 2, 4096)  # not 2 after a cast
-    with pytest.raises(ValueError, match="number of threads must be at least 1"):
-        _C.staging_ring(-1, 2, 4096, threads=0)
+    with pytest.raises(ValueError, match="needs at least 8192 bytes, not 4000"):
+        _C.take_ring(-1, 4000)
+    with pytest.raises(ValueError, match="max_bytes must not be negative"):
+        _C.take_ring(-1, -1)
+
+
+def test_the_pool_keeps_one_ring_a_device_whatever_the_bounds():
+    # Rings within other bounds are made as asked, and given back; the pool keeps the largest
+    # one alone: page-locked memory never piles up.
+    _C.release_staging_rings()
+    assert _C.idle_ring_bytes() == 0
+    largest = 0
+    for bound in (8192, 65536, 8192, 16384, 1 << 20, 65536):
+        lease = _C.take_ring(-1, bound)
+        assert lease.ring.bytes <= bound
+        largest = max(largest, lease.ring.bytes)
+        del lease
+        assert _C.idle_ring_bytes() == largest
+    held = [_C.take_ring(-1, 1 << 20) for _ in range(3)]  # at once: the kept one and two more
+    assert _C.idle_ring_bytes() == 0
+    del held
+    assert _C.idle_ring_bytes() == 1 << 20
+    _C.release_staging_rings()
+    assert _C.idle_ring_bytes() == 0
 
 
 def test_a_ring_in_use_is_refused_and_a_second_thread_gets_its_own(workdir):
@@ -174,9 +195,9 @@ def test_kept_rings_are_freed_on_request_and_made_again_when_needed(workdir):
     write_file(path, random_bytes(9000))
     out = torch.zeros(9000, dtype=torch.uint8)
     _staged.run("read", [(path, 0, out, "x")], CPU)
-    assert _staged._rings
+    assert _C.idle_ring_bytes() == 2 * 4096  # the ring, kept
     nvmeio_torch.release_staging_rings()
-    assert not _staged._rings
+    assert _C.idle_ring_bytes() == 0
     out.zero_()
     _staged.run("read", [(path, 0, out, "x")], CPU)
     assert out.numpy().tobytes() == open(path, "rb").read()

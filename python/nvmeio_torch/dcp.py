@@ -822,7 +822,8 @@ class FileSystemReader(_storage.StorageReader):
                         reads.append((_bytes_view(target), record.data_offset + start))
                     check = self.verify_crc and record.whole(nbytes, start)
 
-                    def commit(item=item, target=target, record=record, check=check):
+                    def commit(item=item, target=target, record=record, check=check,
+                               info=info):
                         if check:
                             _check_crc(path, info, record.name, record.crc,
                                        _crc32(_bytes_view(target)))

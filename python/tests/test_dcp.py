@@ -652,17 +652,22 @@ def _flip(path, offset):
 
 def test_a_corrupt_record_raises_naming_its_crc_unless_verify_crc_is_false(workdir):
     w = torch.arange(300 * 100, dtype=torch.float32).reshape(300, 100)
-    dcp_jobs.save({"w": w, "settings": dcp_jobs.Settings(2, "y")}, ndcp.FileSystemWriter(workdir),
-                  no_dist=True)
+    others = {"a": torch.ones(50), "z": torch.full((70,), 2.0)}  # items beside it in the file
+    dcp_jobs.save({"w": w, **others, "settings": dcp_jobs.Settings(2, "y")},
+                  ndcp.FileSystemWriter(workdir), no_dist=True)
     path, start = _data_start(workdir, "w")
+    (w_info,) = [i for k, i in ndcp.FileSystemReader(workdir).read_metadata().storage_data.items()
+                 if k.fqn == "w"]
     _flip(path, start + 4 * 1234)
     for target in (torch.zeros(300, 100), torch.zeros(100, 300).t()):  # in place; buffered
         with pytest.raises(tdcp.CheckpointException) as raised:
-            dcp_jobs.load({"w": target}, ndcp.FileSystemReader(workdir), no_dist=True)
+            dcp_jobs.load({"w": target, "a": torch.zeros(50), "z": torch.zeros(70)},
+                          ndcp.FileSystemReader(workdir), no_dist=True)
         (error, _), = raised.value.failures.values()
         assert isinstance(error, ValueError), error
         assert "__0_0.distcp" in str(error) and "CRC-32" in str(error), error
-        assert "archive/data/0" in str(error) and "at offset" in str(error), error
+        assert "archive/data/0" in str(error), error
+        assert f"of the item at offset {w_info.offset} " in str(error), error  # w's, no other
         loaded = {"w": target}
         dcp_jobs.load(loaded, ndcp.FileSystemReader(workdir, verify_crc=False), no_dist=True)
         differs = (loaded["w"] != w).nonzero().tolist()

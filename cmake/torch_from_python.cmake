@@ -12,7 +12,8 @@ function(nvmeio_find_torch)
   set(NVMEIO_TORCH_FOUND FALSE PARENT_SCOPE)
   set(_candidates "${Python3_EXECUTABLE}")
   if(NOT Python3_EXECUTABLE)
-    find_program(_nvmeio_path_python3 NAMES python3 NO_CACHE)
+    unset(_nvmeio_path_python3 CACHE)  # not NO_CACHE: CMake 3.16 lacks it
+    find_program(_nvmeio_path_python3 NAMES python3)
     set(_candidates "${_nvmeio_path_python3}" /usr/bin/python3)
   endif()
   set(_query [=[
@@ -52,7 +53,8 @@ print(int(torch._C._GLIBCXX_USE_CXX11_ABI))
 
   set(_libraries)
   foreach(_name c10 torch torch_cpu torch_python)
-    find_library(_nvmeio_torch_lib_${_name} ${_name} HINTS ${_library_dirs} NO_CACHE)
+    unset(_nvmeio_torch_lib_${_name} CACHE)  # found anew for each interpreter
+    find_library(_nvmeio_torch_lib_${_name} ${_name} HINTS ${_library_dirs})
     if(NOT _nvmeio_torch_lib_${_name})
       message(STATUS "nvmeio: ${_found_python} imports torch ${_version}, but lib${_name} "
                      "is not beside it (${_library_dirs})")
@@ -69,8 +71,10 @@ print(int(torch._C._GLIBCXX_USE_CXX11_ABI))
     endif()
   endforeach()
   if(NOT _pybind11_include)
-    find_path(_pybind11_include pybind11/pybind11.h NO_CACHE)
-    if(NOT _pybind11_include)
+    unset(_nvmeio_pybind11_dir CACHE)
+    find_path(_nvmeio_pybind11_dir pybind11/pybind11.h)
+    set(_pybind11_include "${_nvmeio_pybind11_dir}")
+    if(NOT _nvmeio_pybind11_dir)
       message(STATUS "nvmeio: torch ${_version} found through ${_found_python}, but no "
                      "pybind11 headers (Debian: pybind11-dev)")
       return()

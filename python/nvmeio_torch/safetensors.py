@@ -569,6 +569,13 @@ class _Slice:
         dtype = _torch_dtype(header, entry)
         index = index if isinstance(index, tuple) else (index,)
         shape = entry.shape
+        if entry.dtype in _PACKED and any(
+                part is Ellipsis or (i >= len(shape) - 1 and part != slice(None))
+                for i, part in enumerate(index)):
+            raise ValueError(
+                f"{header.path}: tensor {entry.name!r}: {entry.dtype} packs {_PACKED[entry.dtype]}"
+                " values in each torch element, so a slice within its last dimension would mix "
+                "the file's units and torch's; slice the other dimensions, or get it whole")
         lo, hi = 0, (shape[0] if shape else None)
         if len(shape) == 1 and entry.dtype in _PACKED:  # its rows are parts of bytes
             hi = None

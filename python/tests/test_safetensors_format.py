@@ -216,7 +216,13 @@ def test_f4_holds_two_values_a_torch_element(workdir):
         assert loaded.dtype == torch.float4_e2m1fn_x2 and loaded.shape == (3, 8)
         assert torch.equal(loaded.view(torch.uint8), packed.view(torch.uint8))
     with st.safe_open(path, "pt") as f:
-        assert torch.equal(f.get_slice("x")[1:].view(torch.uint8), packed[1:].view(torch.uint8))
+        sliced = f.get_slice("x")
+        assert sliced.get_shape() == [3, 16]  # the file's units
+        assert torch.equal(sliced[1:].view(torch.uint8), packed[1:].view(torch.uint8))
+        assert torch.equal(sliced[2, :].view(torch.uint8), packed[2].view(torch.uint8))
+        for within in ((0, slice(0, 4)), (slice(None), 3), (Ellipsis,)):  # values or elements?
+            with pytest.raises(ValueError, match=r"'x': F4 packs 2 values"):
+                sliced[within]
     ours = os.path.join(workdir, "ours.safetensors")
     st.save_file({"x": packed}, ours)
     with open(ours, "rb") as f:

@@ -16,6 +16,7 @@ ShardedTensor); this module decides what to reuse.
 """
 
 import importlib
+import warnings
 
 import torch
 
@@ -35,6 +36,14 @@ def _similar(state_dict, staged):
         return _check_state_dict_similarity(state_dict, staged)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         return False
+
+
+def _storage_address(tensor):
+    """Where a tensor's storage starts: the same for every view of one staged buffer (a plan
+    may resolve a narrowed chunk of it)."""
+    storage = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else \
+        tensor.storage()
+    return storage.data_ptr()
 
 
 def _tensors(staged):
@@ -63,12 +72,18 @@ class state_dict_stage:
         self.staged = None
         self.in_flight = False
         self._addresses = frozenset()
+        self._warned = False
 
     def __getstate__(self):  # a writer sent to another process takes no copy of the cache
         return {"cache": self.cache, "staged": None, "in_flight": False,
-                "_addresses": frozenset()}
+                "_addresses": frozenset(), "_warned": False}
 
     def __call__(self, state_dict):
+        if self.cache and self.in_flight and not self._warned:
+            self._warned = True
+            warnings.warn("nvmeio_torch.dcp: the staged copy of an earlier save may still be "
+                          "written (its save not finished, or failed before writing): this save "
+                          "stages into fresh memory, not the cache", RuntimeWarning, stacklevel=2)
         if not self.cache or self.in_flight:
             return _copy_state_dict(state_dict, _create_cpu_state_dict(state_dict),
                                     type_check=False)
@@ -76,7 +91,7 @@ class state_dict_stage:
             self.staged = None  # the old copy's memory is free before the new one is taken
             self.staged = _create_cpu_state_dict(state_dict,
                                                  pin_memory=torch.cuda.is_available())
-            self._addresses = frozenset(t.data_ptr() for t in _tensors(self.staged)
+            self._addresses = frozenset(_storage_address(t) for t in _tensors(self.staged)
                                         if t.numel())
         staged = _copy_state_dict(state_dict, self.staged, type_check=False)
         self.in_flight = True
@@ -84,7 +99,8 @@ class state_dict_stage:
 
     def written(self, tensors):
         """A save's write is done with ``tensors``: the cache is free again if they are its."""
-        if self.in_flight and any(t.data_ptr() in self._addresses for t in tensors):
+        if self.in_flight and any(_storage_address(t) in self._addresses for t in tensors
+                                  if t.numel()):
             self.in_flight = False
 
     def close(self):

@@ -775,3 +775,23 @@ def test_checkpoints_saved_on_torch_1_13_load_through_nvmeios_reader(torch_1_13_
         assert torch.equal(loaded["b"], torch.arange(5)), source
         assert torch.equal(loaded["half"], torch.ones(3, dtype=torch.float16)), source
         assert loaded["object"] == [1, "a"], source
+
+
+@pytest.mark.skipif(_async_stager() is None,
+                    reason=f"torch's AsyncStager is torch >= 2.3's; {torch.__version__} lacks it")
+def test_a_cached_staging_whose_save_never_wrote_says_so_and_stages_apart():
+    # A save that failed before writing leaves the cache taken: the next staging must not
+    # overwrite what may still be written, says so once, and the cache serves again once a
+    # write is done with it, even with a chunk of a staged buffer (as a plan resolves one).
+    from nvmeio_torch import _dcp_staging
+
+    stage = _dcp_staging.state_dict_stage(cache=True)
+    state = {"w": torch.arange(10.0)}
+    first = stage(state)
+    with pytest.warns(RuntimeWarning, match="fresh memory"):
+        second = stage(state)
+    assert second["w"].data_ptr() != first["w"].data_ptr()
+    assert torch.equal(second["w"], state["w"])
+    stage.written([first["w"][2:5]])
+    third = stage(state)
+    assert third["w"].data_ptr() == first["w"].data_ptr()

@@ -66,6 +66,18 @@ int refuse_for_memory(void*, std::size_t, int) {
     errno = ENOMEM;
     return -1;
 }
+// A kernel that knows the advice but will not populate one mapping (device memory, say).
+std::atomic<std::byte*> unpopulated_begin{nullptr};
+std::atomic<std::byte*> unpopulated_end{nullptr};
+int refuse_one_mapping(void* address, std::size_t length, int advice) {
+    auto* at = static_cast<std::byte*>(address);
+    if (at >= unpopulated_begin.load() && at < unpopulated_end.load()) {
+        ++refusals;
+        errno = EINVAL;
+        return -1;
+    }
+    return ::madvise(address, length, advice);
+}
 
 // While alive, the populate step gets `advise`'s answer instead of the kernel's.
 struct advice_stand_in {
@@ -135,7 +147,9 @@ BOOST_AUTO_TEST_CASE(refused_advice_touches_every_page_keeping_every_byte) {
     const std::vector<page_runs::run> runs = runs_of(r);
     refusals = 0;
     populate_count count = populate(runs, &refuse_unknown_advice);
-    BOOST_TEST(refusals == 1u);  // once refused, the rest is touched without asking again
+    // Refused for the memory, then for a fresh page (asking whether the kernel knows the
+    // advice at all); then the rest is touched without asking again.
+    BOOST_TEST(refusals == 2u);
     BOOST_TEST(count.advised == 0u);
     BOOST_TEST(count.touched == pages);
     BOOST_TEST(m.resident(0, m.size()) == pages);
@@ -157,6 +171,21 @@ BOOST_AUTO_TEST_CASE(refused_advice_touches_every_page_keeping_every_byte) {
         BOOST_TEST(count.touched + count.resident == pages);
         BOOST_TEST(std::memcmp(m.data(), bytes.data(), bytes.size()) == 0, "round " << round);
     }
+}
+
+BOOST_AUTO_TEST_CASE(a_mapping_the_kernel_will_not_populate_is_not_touched) {
+    // EINVAL for this memory alone, from a kernel that populates a fresh page: the memory is
+    // left to the copies (a device's or a read-only mapping would fault on a touch).
+    fresh_mapping m(32 * page);
+    page_runs r(page);
+    r.add(reinterpret_cast<std::byte*>(m.data()), m.size());
+    unpopulated_begin = reinterpret_cast<std::byte*>(m.data());
+    unpopulated_end = reinterpret_cast<std::byte*>(m.data() + m.size());
+    refusals = 0;
+    const populate_count count = populate(runs_of(r), &refuse_one_mapping);
+    BOOST_TEST(refusals == 1u);
+    BOOST_TEST(count.advised + count.touched == 0u);
+    BOOST_TEST(m.resident(0, m.size()) == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(other_refusals_end_the_step_without_touching) {

@@ -6,12 +6,15 @@
 /// against a few hundred nanoseconds a page for the kernel's populate).
 ///
 /// Only whole pages inside the ranges being read are populated, and of those only the ones not
-/// mapped yet (mincore), so that memory in use costs a walk of its page tables:
+/// resident yet (mincore), so that memory in use costs a walk of its page tables (a resident
+/// page not mapped writable, such as the zero page after a read, a copy-on-write page after
+/// fork or a private file page, is left to the copies, which fault on it as before):
 /// madvise(MADV_POPULATE_WRITE, Linux 5.14) changes no byte and no mapping flag. Where the kernel
-/// refuses the advice (EINVAL: an older kernel, or a mapping it does not populate) each page is
-/// touched instead by an atomic read-modify-write that stores the byte it read, so a copy racing
-/// with it keeps its bytes; any other refusal ends the step (the copies then fault as they would
-/// have).
+/// does not know the advice (EINVAL, and EINVAL for a fresh anonymous page too: a kernel before
+/// 5.14) each page is touched instead by an atomic read-modify-write that stores the byte it
+/// read, so a copy racing with it keeps its bytes. EINVAL for the caller's memory alone (a
+/// mapping the kernel will not populate: device memory, read-only) and any other refusal end
+/// the step: the copies then meet that memory as they would have.
 
 #include <sys/mman.h>
 
@@ -112,8 +115,28 @@ inline void touch_page(std::byte* page) noexcept {
 #endif
 }
 
-/// Populates `pages` pages from `first` (page-aligned) with `advise`; on EINVAL touches them and
-/// switches `touching` on for the runs after. False when the step should end (any other refusal).
+/// Whether `advise` knows MADV_POPULATE_WRITE at all, asked for a fresh anonymous page (the
+/// kernel's answer kept for the process; a test's stand-in asked each time).
+inline bool advice_known(advise_function advise) {
+    const auto ask = [advise] {
+        const std::size_t page = page_size();
+        void* fresh =
+            ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (fresh == MAP_FAILED) return true;  // cannot tell: touch nothing of the caller's
+        const bool known = advise(fresh, page, MADV_POPULATE_WRITE) == 0;
+        ::munmap(fresh, page);
+        return known;
+    };
+    if (advise == &::madvise) {
+        static const bool known = ask();
+        return known;
+    }
+    return ask();
+}
+
+/// Populates `pages` pages from `first` (page-aligned) with `advise`; where the kernel does not
+/// know the advice, touches them and switches `touching` on for the runs after. False when the
+/// step should end (any other refusal).
 inline bool populate_run(std::byte* first, std::size_t pages, std::size_t page,
                          advise_function advise, bool& touching, populate_count& count) {
     if (!touching) {
@@ -125,7 +148,7 @@ inline bool populate_run(std::byte* first, std::size_t pages, std::size_t page,
             count.advised += pages;
             return true;
         }
-        if (errno != EINVAL) return false;
+        if (errno != EINVAL || advice_known(advise)) return false;
         touching = true;
     }
     for (std::size_t k = 0; k < pages; ++k)

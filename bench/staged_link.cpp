@@ -43,7 +43,8 @@ struct settings {
 settings parse(int argc, char** argv) {
     settings s;
     CLI::App app{"staged_link: a whole file through a staging ring to a simulated link"};
-    app.add_option("--file", s.path, "an existing file (a write rewrites it in place)")->required();
+    app.add_option("--file", s.path,
+                   "an existing file (a write replaces its contents with the stand-in's bytes)")->required();
     sb::add_enum_option(app, "--op", s.op, sb::operation_names(), "read or write");
     static const sb::enum_names<context_kind> contexts{{"aio", context_kind::aio},
                                                        {"async", context_kind::async}};

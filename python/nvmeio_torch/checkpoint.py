@@ -144,7 +144,9 @@ def _load_through_rings(file, pickled, data_entries, data_prefix, span_ends, res
         return _torch_zip.data_start(e, headers, span_ends, path)
 
     items = []
-    checked = []  # the entries of the items read whole: their CRC-32s come with the reads
+    # The entries of the items read whole: their CRC-32s come with the reads. A storage that
+    # takes less than its record (torch.save writes none) reads only its part, unchecked.
+    checked = []
 
     def storage_of(e, nbytes, location):
         device = _probe(restore_location, location)

@@ -69,7 +69,7 @@ def crc32_combine(crc1, crc2, length2):
 
 
 # zlib.crc32's equal, faster where the CPU folds (x86 PCLMULQDQ; docs/PYTHON.md, Checkpoints).
-_crc32_piece = _C.crc32 if _C.crc32_folds else zlib.crc32
+crc32_of = _C.crc32 if _C.crc32_folds else zlib.crc32
 
 
 class crc32_pieces:
@@ -91,7 +91,7 @@ class crc32_pieces:
         """Continues the index-th buffer with these bytes."""
         view = memoryview(buffer).cast("B")
         self._buffers[index] += [
-            (self._executor.submit(_crc32_piece, view[start:start + self._piece]),
+            (self._executor.submit(crc32_of, view[start:start + self._piece]),
              min(self._piece, len(view) - start))
             for start in range(0, len(view), self._piece)]
 

@@ -45,11 +45,9 @@ import io
 import os
 import pickle
 import re
-import struct
 import sys
 import uuid
 import zipfile
-import zlib
 from pathlib import Path
 
 import torch
@@ -545,7 +543,7 @@ def _narrowed(tensor, offsets, lengths):
 
 
 def _crc32(tensor):
-    return _zip._crc32_piece(tensor.numpy()) if tensor.numel() else 0
+    return _zip.crc32_of(tensor.numpy()) if tensor.numel() else 0
 
 
 def _check_crc(path, info, record, expected, got):
@@ -566,12 +564,13 @@ def _check_archive_crcs(path, info, data):
     view = memoryview(data)
     for member in members:
         header = member.header_offset
-        if member.compress_type != zipfile.ZIP_STORED or header + 30 > len(view):
+        if (member.compress_type != zipfile.ZIP_STORED
+                or header + _zip.LOCAL_HEADER_SIZE > len(view)):
             continue
-        name_length, extra_length = struct.unpack_from("<HH", view, header + 26)
-        start = header + 30 + name_length + extra_length
+        start = _zip.local_data_offset(view[header:header + _zip.LOCAL_HEADER_SIZE], header,
+                                       path, member.filename)
         _check_crc(path, info, member.filename, member.CRC,
-                   zlib.crc32(view[start:start + member.file_size]))
+                   _zip.crc32_of(view[start:start + member.file_size]))
 
 
 class _Record:

@@ -93,17 +93,21 @@ PACKAGES = ("torch", "safetensors", "runai-model-streamer", "fastsafetensors", "
 
 def touch(tensors):
     """Reads one byte of every page of every tensor (and its last byte)."""
+    import torch
+
     for t in tensors.values():
         if t.numel():
-            b = t.reshape(-1).view(__import__("torch").uint8)
+            b = t.reshape(-1).view(torch.uint8)
             b[::4096].sum() + b[-1]
 
 
 def digest(tensors):
     """CRC of every tensor's name and first and last 4 KiB: the methods' results must agree."""
+    import torch
+
     d = 0
     for name in sorted(tensors):
-        b = tensors[name].reshape(-1).view(__import__("torch").uint8)
+        b = tensors[name].reshape(-1).view(torch.uint8)
         d = zlib.crc32(name.encode(), d)
         d = zlib.crc32(b[:4096].numpy().tobytes(), d)
         d = zlib.crc32(b[-4096:].numpy().tobytes(), d)
@@ -239,11 +243,12 @@ def child_fastpersist(method, op, data, out, size, hidden):
     from torch_checkpoint_compare import gpt_state_dict
 
     sd = gpt_state_dict(size, hidden)
+    nbytes = sum(t.numel() * t.element_size() for t in sd.values())
     if method == "nvmeio":
         import nvmeio_torch
         start = time.perf_counter()
         nvmeio_torch.save(sd, out)
-        return time.perf_counter() - start, sum(t.numel() * t.element_size() for t in sd.values()), None
+        return time.perf_counter() - start, nbytes, None
     import deepspeed.io.fast_file_writer as fast_file_writer
     from deepspeed.io import FastFileWriter, FastFileWriterConfig
 
@@ -271,7 +276,7 @@ def child_fastpersist(method, op, data, out, size, hidden):
         writer_rank=0))
     torch.save(sd, writer)
     writer.close()  # drains and fsyncs
-    return time.perf_counter() - start, sum(t.numel() * t.element_size() for t in sd.values()), None
+    return time.perf_counter() - start, nbytes, None
 
 
 def child_kvikio(method, op, data, out, size):
@@ -452,10 +457,12 @@ def best_setting(runs, job, op):
 def report(args, runs, jobs):
     lines = []
     say = lines.append
-    say(f"peers_compare: {machine(args.folder)}; {args.size / GiB:g} GiB per job; {args.rounds} rounds, "
-        "methods interleaved in an order shuffled per round; page cache dropped before every run")
+    fio_version = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout
+    say(f"peers_compare: {machine(args.folder)}; {args.size / GiB:g} GiB per job; "
+        f"{args.rounds} rounds, methods interleaved in an order shuffled per round; page cache "
+        "dropped before every run")
     say("versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()) +
-        f", fio {subprocess.run(['fio', '--version'], capture_output=True, text=True).stdout.strip()}")
+        f", fio {fio_version.strip()}")
     say(f"{'job':12}{'op':10}{'method':16}{'GiB/s':>7}{'s':>7}{'/fio':>6}{'nvmeio/it':>10}"
         f"{'goal':>6}  verdict")
     for job in jobs:

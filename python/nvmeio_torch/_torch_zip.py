@@ -377,8 +377,9 @@ def untyped_of(tensor):
 def persistent_loader(path, data_entries, data_prefix, storage_of):
     """The persistent_load of an unpickler of ``path``: checks each storage's persistent id and
     record, and makes each storage once, as ``storage_of(record, nbytes, location)`` returns
-    it (an untyped storage), typed as the pickle says."""
+    it (an untyped storage), typed as the pickle says. ``unpickle`` uses it."""
     loaded = {}
+    made = []  # (untyped storage, its bytes, its record's name)
 
     def persistent_load(saved_id):
         if not isinstance(saved_id, tuple) or len(saved_id) != 5:
@@ -397,10 +398,37 @@ def persistent_loader(path, data_entries, data_prefix, storage_of):
             if nbytes > e.size:
                 raise ValueError(f"{path}: record {e.name!r} holds {e.size} bytes, the pickle "
                                  f"wants {nbytes}")
-            loaded[key] = _typed_storage(storage_of(e, nbytes, location), storage_type.dtype)
+            untyped = storage_of(e, nbytes, location)
+            made.append((untyped, nbytes, e.name))
+            loaded[key] = _typed_storage(untyped, storage_type.dtype)
         return loaded[key]
 
+    def check():
+        # A tensor whose view (offset, size, stride) runs past its storage grew a resizable
+        # one: its bytes would then be memory the load never filled.
+        for untyped, nbytes, name in made:
+            if untyped.nbytes() != nbytes:
+                raise ValueError(f"{path}: a tensor of record {name!r} reaches past its {nbytes} "
+                                 "bytes (its offset, size or stride in the pickle): the file is "
+                                 "damaged")
+
+    persistent_load.check = check
     return persistent_load
+
+
+def unpickle(pickled, path, weights_only, persistent_load):
+    """The object ``pickled`` holds, its storages made by ``persistent_load`` (from
+    ``persistent_loader``) and checked after. A pickle that does not load is a ValueError naming
+    the file (the unpickler's own refusals name it already)."""
+    try:
+        result = Unpickler(io.BytesIO(pickled), path, weights_only, persistent_load).load()
+    except Exception as error:
+        if path in str(error):
+            raise
+        raise ValueError(f"{path}: its pickle does not load ({type(error).__name__}: {error}): "
+                         "the file is damaged, or not torch's") from error
+    persistent_load.check()
+    return result
 
 
 def data_start(e, read, span_ends, path):

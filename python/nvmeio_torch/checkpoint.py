@@ -24,7 +24,6 @@ _torch_zip.py's, which dcp.py shares.
 
 import collections
 import inspect
-import io
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -160,7 +159,7 @@ def _load_through_rings(file, pickled, data_entries, data_prefix, span_ends, res
         return _torch_zip.untyped_of(flat)
 
     persistent_load = _torch_zip.persistent_loader(path, data_entries, data_prefix, storage_of)
-    result = _torch_zip.Unpickler(io.BytesIO(pickled), path, weights_only, persistent_load).load()
+    result = _torch_zip.unpickle(pickled, path, weights_only, persistent_load)
     crcs = _staged.run_by_device("read", items, checksum=verify_crc)
     if verify_crc:
         for e, item, crc in zip(checked, items, crcs):
@@ -196,8 +195,7 @@ def _load_into_arena(file, pickled, data_entries, data_prefix, span_ends, restor
         return restore_location(_torch_zip.untyped_of(view), location)
 
     persistent_load = _torch_zip.persistent_loader(path, data_entries, data_prefix, storage_of)
-    unpickler = _torch_zip.Unpickler(io.BytesIO(pickled), path, weights_only, persistent_load)
-    result = unpickler.load()
+    result = _torch_zip.unpickle(pickled, path, weights_only, persistent_load)
     _validate_sparse_tensors()
     return result
 

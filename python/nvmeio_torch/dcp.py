@@ -580,7 +580,7 @@ class _Record:
     directory gives them. A record that is not a torch.save archive of one tensor, or whose
     parts overlap, raises ValueError naming the file and the record's offset."""
 
-    def __init__(self, fd, path, info):
+    def __init__(self, fd, path, info, verify_crc):
         base = info.offset
         where = f"{path} (the record of {info.length} bytes at offset {base})"
         pickle_entry, _, data_entries, _, span_ends = _torch_zip.directory(
@@ -600,12 +600,14 @@ class _Record:
             self.storages.append((buffer, base + data_offset(e), e))
             return _torch_zip.untyped_of(buffer)
 
-        pickled = _zip._pread_exact(fd, pickle_entry.size, base + data_offset(pickle_entry),
-                                    where)
+        pickle_at = base + data_offset(pickle_entry)
+        pickled = _zip._pread_exact(fd, pickle_entry.size, pickle_at, where)
+        if verify_crc:  # its offset, size and stride: a damaged one would place the data amiss
+            _check_crc(path, info, pickle_entry.name, pickle_entry.crc, _zip.crc32_of(pickled))
         persistent_load = _torch_zip.persistent_loader(where, data_entries, "data/", storage_of)
         # weights_only, admitting what torch.serialization.add_safe_globals admits, as
         # torch.load(weights_only=True) does in torch's reader.
-        tensor = _torch_zip.Unpickler(io.BytesIO(pickled), where, True, persistent_load).load()
+        tensor = _torch_zip.unpickle(pickled, where, True, persistent_load)
         if not isinstance(tensor, torch.Tensor) or len(self.storages) != 1:
             raise ValueError(f"{where}: not a record of one tensor")
         self.tensor = tensor
@@ -806,7 +808,8 @@ class FileSystemReader(_storage.StorageReader):
                     continue
                 record = records.get((info.offset, info.length))
                 if record is None:
-                    record = records[(info.offset, info.length)] = _Record(fd, path, info)
+                    record = records[(info.offset, info.length)] = _Record(fd, path, info,
+                                                                           self.verify_crc)
                 source = _narrowed(record.tensor, item.storage_offsets, item.lengths)
                 target = planner.resolve_tensor(item).detach()
                 if target.size() != source.size():

@@ -795,3 +795,35 @@ def test_a_cached_staging_whose_save_never_wrote_says_so_and_stages_apart():
     stage.written([first["w"][2:5]])
     third = stage(state)
     assert third["w"].data_ptr() == first["w"].data_ptr()
+
+
+def test_no_byte_of_a_records_pickle_damaged_loads_silently(workdir):
+    # Every byte of a tensor record's pickle flipped in turn (its storage offset, size and
+    # stride among them): the load raises, or gives the tensor exactly; with the CRC checked,
+    # and without it (a view reaching past its record must not grow its storage).
+    w = torch.arange(256 * 256, dtype=torch.float32).reshape(256, 256)
+    dcp_jobs.save({"w": w}, ndcp.FileSystemWriter(workdir), no_dist=True)
+    (info,) = [i for k, i in ndcp.FileSystemReader(workdir).read_metadata().storage_data.items()
+               if k.fqn == "w"]
+    path = os.path.join(workdir, info.relative_path)
+    with open(path, "rb") as f:
+        record = os.pread(f.fileno(), info.length, info.offset)
+    (pickled,) = [m for m in zipfile.ZipFile(io.BytesIO(record)).infolist()
+                  if m.filename.endswith("data.pkl")]
+    start = info.offset + _zip.local_data_offset(
+        record[pickled.header_offset:pickled.header_offset + _zip.LOCAL_HEADER_SIZE],
+        pickled.header_offset, path, "")
+    silent = []
+    for at in range(start, start + pickled.file_size):
+        _flip(path, at)
+        for verify in (True, False):
+            target = {"w": torch.zeros(256, 256)}
+            try:
+                dcp_jobs.load(target, ndcp.FileSystemReader(workdir, verify_crc=verify),
+                              no_dist=True)
+            except (tdcp.CheckpointException, ValueError, RuntimeError):
+                continue
+            if not torch.equal(target["w"], w):
+                silent.append((at - start, verify))
+        _flip(path, at)
+    assert silent == []

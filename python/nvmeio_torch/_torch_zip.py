@@ -243,6 +243,9 @@ def _weights_globals():
     allowed |= {("torch", name) for name in dir(torch)
                 if name.endswith("Tensor") and isinstance(getattr(torch, name, None), type)}
     allowed.add(("collections", "Counter"))
+    allowed |= {("torch", name) for name in (  # quantized tensors' schemes
+        "per_tensor_affine", "per_tensor_symmetric", "per_channel_affine",
+        "per_channel_symmetric", "per_channel_affine_float_qparams") if hasattr(torch, name)}
     allowed |= {("torch._utils", name) for name in (
         "_rebuild_wrapper_subclass", "_rebuild_qtensor", "_rebuild_nested_tensor",
         "_rebuild_device_tensor_from_cpu_tensor", "_rebuild_device_tensor_from_numpy")

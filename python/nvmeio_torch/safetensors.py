@@ -605,9 +605,9 @@ class _Slice:
             row_bytes = entry.nbytes // entry.shape[0] if entry.shape[0] else 0
             part_shape = (hi - lo,) + tuple(entry.shape[1:])
             begin, end = entry.begin + lo * row_bytes, entry.begin + hi * row_bytes
-        if end == begin:
-            return torch.empty(part_shape, dtype=dtype)
         piece = _Entry(entry.name, entry.dtype, part_shape, begin, end)
+        if end == begin:
+            return torch.empty(_torch_shape(header, piece), dtype=dtype)
         arena, start = self._owner._read(header, header.data_start + begin, header.data_start + end)
         return _view(header, piece, arena, start)
 

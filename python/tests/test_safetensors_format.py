@@ -220,6 +220,7 @@ def test_f4_holds_two_values_a_torch_element(workdir):
         assert sliced.get_shape() == [3, 16]  # the file's units
         assert torch.equal(sliced[1:].view(torch.uint8), packed[1:].view(torch.uint8))
         assert torch.equal(sliced[2, :].view(torch.uint8), packed[2].view(torch.uint8))
+        assert sliced[2:1].shape == packed[2:1].shape == (0, 8)  # no rows, torch's columns
         for within in ((0, slice(0, 4)), (slice(None), 3), (Ellipsis,)):  # values or elements?
             with pytest.raises(ValueError, match=r"'x': F4 packs 2 values"):
                 sliced[within]

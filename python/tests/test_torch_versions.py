@@ -93,3 +93,14 @@ def test_our_files_map_with_torch_load_mmap_and_load_mmap_hands_over(workdir):
             assert torch.equal(loaded[key], state[key])
         for key, value in state["model"].items():
             assert torch.equal(loaded["model"][key], value)
+
+
+def test_weights_only_loads_quantized_tensors_as_torch_load_does(workdir):
+    path = os.path.join(workdir, "q.pt")
+    with warnings.catch_warnings():  # torch 2.x deprecates quantized tensors
+        warnings.simplefilter("ignore")
+        q = torch.quantize_per_tensor(torch.randn(8), 0.1, 3, torch.qint8)
+        torch.save({"q": q}, path)
+        ours = nvmeio_torch.load(path)["q"]
+    assert ours.is_quantized and ours.q_scale() == q.q_scale()
+    assert ours.q_zero_point() == q.q_zero_point() and torch.equal(ours.int_repr(), q.int_repr())

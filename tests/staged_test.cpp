@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <nvmeio/async.hpp>
 #include <nvmeio/cuda.hpp>
 #include <nvmeio/parallel.hpp>
 #include <nvmeio/staged.hpp>

@@ -31,7 +31,6 @@
 #include <utility>
 #include <vector>
 
-#include "nvmeio/async.hpp"
 #include "nvmeio/detail/staged_plan.hpp"
 #include "nvmeio/error.hpp"
 #include "nvmeio/file.hpp"
@@ -53,6 +52,19 @@ struct starts_transfers<
     Context, std::void_t<decltype(std::declval<Context&>().submit(
                  std::declval<const file&>(), operation::read, std::declval<mutable_memory>(),
                  std::uint64_t{}, std::declval<const transfer_config&>()))>> : std::true_type {};
+
+// What such a context's submit hands back (async.hpp's transfer_handle), or nothing: this header
+// names no async context of its own, as a front end includes no other.
+template <class Context, bool = starts_transfers<Context>::value>
+struct submitted {
+    struct type {};
+};
+template <class Context>
+struct submitted<Context, true> {
+    using type = decltype(std::declval<Context&>().submit(
+        std::declval<const file&>(), operation::read, std::declval<mutable_memory>(),
+        std::uint64_t{}, std::declval<const transfer_config&>()));
+};
 
 }  // namespace detail
 
@@ -361,7 +373,7 @@ class staged_run {
         try {
             transfer_result r;
             if constexpr (detail::starts_transfers<Context>::value) {
-                r = std::exchange(io.handle, transfer_handle{}).wait();
+                r = std::exchange(io.handle, handle_type{}).wait();
             } else {
                 if (io.error) std::rethrow_exception(std::exchange(io.error, nullptr));
                 r = io.result;
@@ -390,7 +402,7 @@ class staged_run {
             if constexpr (detail::starts_transfers<Context>::value) {
                 std::error_code ignored;
                 try {
-                    (void)std::exchange(io.handle, transfer_handle{}).wait(ignored);
+                    (void)std::exchange(io.handle, handle_type{}).wait(ignored);
                 } catch (...) {  // not an I/O failure (std::bad_alloc in the worker)
                 }
             } else {
@@ -496,11 +508,12 @@ class staged_run {
     std::vector<std::size_t> done_;
     std::exception_ptr failure_;  // thrown by the next advance(), after the ranges it reported
     bool failed_ = false;
+    using handle_type = typename detail::submitted<Context>::type;
     // One slot's transfer with its file: started by start_io, waited for by finish_io.
     struct window_io {
         bool started = false;
         std::size_t length = 0;
-        transfer_handle handle;    // an async context's
+        handle_type handle;        // an async context's
         transfer_result result;    // another context's, run at start
         std::exception_ptr error;  // and its failure
     };

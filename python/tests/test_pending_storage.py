@@ -44,7 +44,7 @@ CASE = textwrap.dedent("""
     elif form == "batch":
         (h.async_pread_batch if op == "read" else h.async_pwrite_batch)([t], path, [0])
     else:  # a staged job on the host's ring, between two of its steps
-        ring = _C.staging_ring(-1, 2, 1 << 20, threads=2)
+        ring = _C.staging_ring(-1, 2, 1 << 20)
         job = ring.start(op, [path], [0], [0], [N], [t.data_ptr()], [True], False, [t])
         job.advance()
     refused = False

@@ -35,8 +35,8 @@ def spawn(job, world, *args):
     exception fails the test with its traceback."""
     with tempfile.TemporaryDirectory() as scratch:
         rendezvous = os.path.join(scratch, "rendezvous")
-        torch.multiprocessing.spawn(job, args=(world, rendezvous) + args, nprocs=world,
-                                    join=True)
+        torch.multiprocessing.spawn(dcp_jobs.run_rank, args=(job, world, rendezvous) + args,
+                                    nprocs=world, join=True)
 
 
 @pytest.fixture(scope="module")

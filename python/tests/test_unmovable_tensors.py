@@ -2,6 +2,7 @@
 on a device without memory (meta), sparse, nested or quantized ones where only their bytes
 would be written. The target file is left as it was."""
 
+import io
 import os
 import warnings
 
@@ -62,6 +63,12 @@ def test_the_torch_format_saves_what_torch_save_saves(workdir):
         if kind == "nested":
             continue
         path = os.path.join(workdir, f"{kind}.pt")
+        try:
+            torch.save({"t": t}, io.BytesIO())
+        except Exception:  # torch 1.13 cannot pickle CSC, BSR, BSC: neither can we
+            with pytest.raises(Exception):
+                nvmeio_torch.save({"t": t}, path)
+            continue
         nvmeio_torch.save({"t": t}, path)
         ours = nvmeio_torch.load(path, weights_only=False)["t"]
         theirs = torch.load(path)["t"]

@@ -611,7 +611,6 @@ namespace {
 // on a loaded machine (the two are submitted back to back).
 class overlap_backend {
   public:
-    static constexpr const char* name = "overlap";
     static inline std::atomic<int> busy{0};
     static inline std::atomic<int> most_busy{0};
 
